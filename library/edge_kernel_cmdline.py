@@ -1,0 +1,512 @@
+#!/usr/bin/python
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module edge_kernel_cmdline: persist kernel arguments in the boot files."""
+
+DOCUMENTATION = r"""
+---
+module: edge_kernel_cmdline
+short_description: Set or remove kernel command line arguments in the bootloader's own files
+description:
+  - Edits the file the board's bootloader builds the kernel command line from, so that the
+    next boot gets the wanted arguments, and reports whether the running kernel already has them.
+  - C(extlinux) follows NVIDIA L4TLauncher's parser (Jetson Orin, L4T r35/r36). Only the APPEND
+    line of the label named by DEFAULT is edited; every other byte of the file is kept.
+    C(${cbootargs}) is never touched. When the APPEND changes, a label C(edgetune-fallback)
+    holding the previous arguments is written after the default label, so the previous
+    command line can be picked from the boot menu. DEFAULT is never changed.
+  - C(armbian) edits the last C(extraargs=) line of C(/boot/armbianEnv.txt) (RK3588 Armbian,
+    C(boot-rk35xx.cmd)).
+  - C(uboot_menu) edits C(/etc/kernel/cmdline), or C(U_BOOT_PARAMETERS) in C(/etc/default/u-boot)
+    when that file does not exist, then runs C(u-boot-update).
+  - C(grub) never edits C(/etc/default/grub); it manages the drop-in
+    C(/etc/default/grub.d/99-edgetune.cfg) and runs C(update-grub) (or C(grub-mkconfig)).
+  - Files that cannot be edited safely (unknown syntax, ambiguous labels, shell code) are refused
+    with a message and left byte-identical. After a write the file is read back and planned
+    again; a mismatch is an error naming the file and its backup.
+  - A key=value in O(args) replaces every occurrence of that key (first one kept in place, later
+    duplicates removed). Several O(args) with the same key (for example two C(console=)) replace
+    that key's occurrences together. A bare flag is appended when that exact token is missing.
+    New arguments are appended in the order given.
+version_added: "0.1.0"
+author:
+  - edgetune contributors
+options:
+  args:
+    description:
+      - Kernel arguments that must be set, each one token (C(key=value) or a bare flag).
+        Double quotes may enclose whitespace, as the kernel allows (C(key="a b")).
+    type: list
+    elements: str
+    default: []
+  absent:
+    description:
+      - Kernel arguments to remove. A bare key removes every token with that key
+        (C(isolcpus) removes C(isolcpus=1-3)); C(key=value) removes only exact matches.
+      - A key may not be both in O(args) and O(absent).
+    type: list
+    elements: str
+    default: []
+  bootloader:
+    description:
+      - Which boot configuration to edit. Detected when omitted, in this order
+        C(/etc/nv_tegra_release) and C(/boot/extlinux/extlinux.conf) give C(extlinux);
+        C(/boot/armbianEnv.txt) gives C(armbian); C(/etc/kernel/cmdline) or
+        C(/etc/default/u-boot) with C(u-boot-update) on PATH give C(uboot_menu);
+        C(/etc/default/grub) with C(update-grub) or C(grub-mkconfig) gives C(grub);
+        C(/boot/extlinux/extlinux.conf) alone gives C(extlinux).
+    type: str
+    choices: [extlinux, armbian, uboot_menu, grub]
+  path:
+    description:
+      - The file to edit. Defaults to C(/boot/extlinux/extlinux.conf), C(/boot/armbianEnv.txt),
+        C(/etc/kernel/cmdline) (or C(/etc/default/u-boot) when it does not exist) and
+        C(/etc/default/grub.d/99-edgetune.cfg).
+      - For C(uboot_menu), a file named C(u-boot) is read as the shell config with
+        C(U_BOOT_PARAMETERS=); any other name as a one-line command line.
+      - For C(grub), the main config is read from C(grub) next to the drop-in's directory, and
+        the other C(*.cfg) drop-ins from the same directory.
+    type: path
+  extra_paths:
+    description:
+      - More extlinux.conf files to edit the same way, for example the inactive A/B slot's
+        rootfs mounted somewhere. Every file must parse, or nothing is written.
+      - Only for C(extlinux).
+    type: list
+    elements: path
+    default: []
+  fallback:
+    description:
+      - Write or refresh the C(edgetune-fallback) label when the APPEND line changes.
+        L4TLauncher reads at most 10 labels; when the fallback label would be the 11th the
+        module fails, and you can free a label or set this to V(false).
+      - Only for C(extlinux).
+    type: bool
+    default: true
+  backup:
+    description:
+      - Copy each file to C(<path>.edgetune-<UTC timestamp>.bak) before changing it. The three
+        newest backups per file are kept.
+    type: bool
+    default: true
+  cmdline_path:
+    description:
+      - Where to read the running kernel's command line.
+    type: path
+    default: /proc/cmdline
+  update_command:
+    description:
+      - Command (argument list, no shell) run after a change for C(uboot_menu) and C(grub),
+        instead of C(u-boot-update), C(update-grub) or C(grub-mkconfig -o /boot/grub/grub.cfg).
+    type: list
+    elements: str
+attributes:
+  check_mode:
+    description: Plans and reports exactly what would change; writes nothing and runs nothing.
+    support: full
+  diff_mode:
+    description: Returns the before and after text of every file that changes.
+    support: full
+  platform:
+    description: Runs on the board (Linux, Python 3.8 or later).
+    support: full
+    platforms: posix
+notes:
+  - A change takes effect at the next boot. O(reboot_required) compares the wanted arguments
+    with the running command line, whether or not this run changed a file.
+  - For C(armbian) and C(grub) other settings also contribute to the command line. An O(absent)
+    item that stays on the command line because of a file or setting this module does not edit
+    is an error naming it. The C(ubootpart=) argument that C(boot-rk35xx.cmd) adds is not in
+    RV(persisted) (the partition UUID is only known to U-Boot).
+  - For C(uboot_menu), RV(persisted) is the content of the edited file; C(u-boot-update) adds the
+    root device itself.
+"""
+
+EXAMPLES = r"""
+- name: Isolate the inference cores on the next boot
+  edge_kernel_cmdline:
+    args:
+      - isolcpus=nohz,domain,managed_irq,4-7
+      - nohz_full=4-7
+      - rcu_nocbs=4-7
+    absent:
+      - nospectre_bhb
+  register: edge_cmdline
+
+- name: Edit both A/B slots of a Jetson (the inactive rootfs is mounted on /mnt/slot_b)
+  edge_kernel_cmdline:
+    bootloader: extlinux
+    args: [systemd.unified_cgroup_hierarchy=1]
+    extra_paths: [/mnt/slot_b/boot/extlinux/extlinux.conf]
+
+- name: Add an argument on an Armbian RK3588 board without a backup file
+  edge_kernel_cmdline:
+    bootloader: armbian
+    args: [cma=256M]
+    backup: false
+
+- name: Remember that a reboot is needed
+  ansible.builtin.set_fact:
+    edge_reboot_required: "{{ edge_cmdline.reboot_required }}"
+"""
+
+RETURN = r"""
+bootloader:
+  description: The boot configuration that was used (given or detected).
+  returned: success
+  type: str
+  sample: extlinux
+path:
+  description: The main file edited.
+  returned: success
+  type: str
+  sample: /boot/extlinux/extlinux.conf
+backup_file:
+  description: Backup of O(path) made by this run, or null.
+  returned: success
+  type: str
+  sample: /boot/extlinux/extlinux.conf.edgetune-20250101T120000.000000Z.bak
+backup_files:
+  description: Backup of each file written by this run (O(path) and O(extra_paths)).
+  returned: success
+  type: dict
+  sample: {"/boot/extlinux/extlinux.conf": "/boot/extlinux/extlinux.conf.edgetune-20250101T120000.000000Z.bak"}
+persisted:
+  description:
+    - The kernel arguments the next boot will get from the (planned) file, in order. For
+      extlinux, the default label's APPEND without C(${cbootargs}); the bootloader adds its
+      own arguments after these.
+  returned: success
+  type: list
+  elements: str
+  sample: ["root=PARTUUID=0f9a", "rw", "rootwait", "isolcpus=4-7"]
+running:
+  description: Tokens of the running command line (O(cmdline_path)).
+  returned: success
+  type: list
+  elements: str
+  sample: ["root=PARTUUID=0f9a", "rw", "rootwait", "bl_prof_dataptr=2031616@0x471E10000"]
+reboot_required:
+  description:
+    - True when an O(args) item is not in RV(running) or an O(absent) item still is, whether or
+      not this run changed a file.
+  returned: success
+  type: bool
+  sample: true
+pending:
+  description: The O(args) items missing from RV(running), then the O(absent) items still in it.
+  returned: success
+  type: list
+  elements: str
+  sample: ["isolcpus=4-7"]
+fallback_label:
+  description: Name of the fallback label in the (planned) extlinux.conf, or null.
+  returned: success
+  type: str
+  sample: edgetune-fallback
+diff:
+  description: Before and after text of every file that changes, when run with C(--diff).
+  returned: changed and diff mode
+  type: list
+  elements: dict
+"""
+
+import glob
+import os
+from collections import namedtuple
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.edge_cmdline import (
+    args_satisfied,
+    extlinux_fallback_label,
+    pending_changes,
+    plan_armbian,
+    plan_extlinux,
+    plan_grub,
+    plan_kernel_cmdline,
+    plan_uboot_default,
+    split_cmdline,
+    validate_args,
+)
+from ansible.module_utils.edge_fileio import atomic_write, read_text
+
+BOOTLOADERS = ("extlinux", "armbian", "uboot_menu", "grub")
+EXTLINUX_PATH = "/boot/extlinux/extlinux.conf"
+ARMBIAN_PATH = "/boot/armbianEnv.txt"
+KERNEL_CMDLINE_PATH = "/etc/kernel/cmdline"
+UBOOT_DEFAULT_PATH = "/etc/default/u-boot"
+GRUB_PATH = "/etc/default/grub"
+GRUB_DROPIN_PATH = "/etc/default/grub.d/99-edgetune.cfg"
+NV_TEGRA_RELEASE = "/etc/nv_tegra_release"
+
+# One file's plan: its text now (None: missing), the planned text, and the
+# command line the next boot gets from it.
+FilePlan = namedtuple("FilePlan", "path before after persisted")
+
+
+class ModuleFailure(Exception):
+    """An expected failure, with extra result keys for fail_json."""
+
+    def __init__(self, msg, **details):
+        super().__init__(msg)
+        self.details = details
+
+
+def _under(root, path):
+    return os.path.join(root, path.lstrip("/"))
+
+
+def detect_bootloader(find_command, root="/"):
+    """Name the boot configuration in use; ValueError listing what was looked for."""
+
+    def exists(path):
+        return os.path.exists(_under(root, path))
+
+    if exists(NV_TEGRA_RELEASE) and exists(EXTLINUX_PATH):
+        return "extlinux"
+    if exists(ARMBIAN_PATH):
+        return "armbian"
+    if (exists(KERNEL_CMDLINE_PATH) or exists(UBOOT_DEFAULT_PATH)) and find_command("u-boot-update"):
+        return "uboot_menu"
+    if exists(GRUB_PATH) and (find_command("update-grub") or find_command("grub-mkconfig")):
+        return "grub"
+    if exists(EXTLINUX_PATH):
+        return "extlinux"
+    raise ValueError(
+        "cannot detect the bootloader; looked for "
+        f"{NV_TEGRA_RELEASE} with {EXTLINUX_PATH}, {ARMBIAN_PATH}, "
+        f"{KERNEL_CMDLINE_PATH} or {UBOOT_DEFAULT_PATH} with u-boot-update, "
+        f"{GRUB_PATH} with update-grub or grub-mkconfig, and {EXTLINUX_PATH}; "
+        "set the bootloader option"
+    )
+
+
+def default_path(bootloader, root="/"):
+    if bootloader == "extlinux":
+        return _under(root, EXTLINUX_PATH)
+    if bootloader == "armbian":
+        return _under(root, ARMBIAN_PATH)
+    if bootloader == "uboot_menu":
+        cmdline = _under(root, KERNEL_CMDLINE_PATH)
+        return cmdline if os.path.exists(cmdline) else _under(root, UBOOT_DEFAULT_PATH)
+    return _under(root, GRUB_DROPIN_PATH)
+
+
+def _read(path, missing_ok=False):
+    try:
+        return read_text(path)
+    except OSError as exc:
+        if missing_ok and not os.path.exists(path):
+            return None
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}")
+
+
+def _plan_one(path, planner, *planner_args, **planner_kwargs):
+    """Run a planner, prefixing its refusal with the file name."""
+    try:
+        return planner(*planner_args, **planner_kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: {exc}")
+
+
+def plan_files(bootloader, path, args, absent, extra_paths=(), fallback=True):
+    """Plan every file; any refusal raises ValueError before anything is written."""
+    plans = []
+    if bootloader == "extlinux":
+        for one_path in [path] + list(extra_paths):
+            text = _read(one_path)
+            after, persisted = _plan_one(
+                one_path, plan_extlinux, text, args, absent, fallback=fallback)
+            plans.append(FilePlan(one_path, text, after, persisted))
+    elif bootloader == "armbian":
+        text = _read(path)
+        after, persisted = _plan_one(path, plan_armbian, text, args, absent)
+        plans.append(FilePlan(path, text, after, persisted))
+    elif bootloader == "uboot_menu":
+        text = _read(path)
+        if os.path.basename(path) == "u-boot":
+            after, persisted = _plan_one(path, plan_uboot_default, text, args, absent, path)
+        else:
+            after, persisted = _plan_one(path, plan_kernel_cmdline, text, args, absent)
+        plans.append(FilePlan(path, text, after, persisted))
+    elif bootloader == "grub":
+        dropin_dir = os.path.dirname(path)
+        grub_path = os.path.join(os.path.dirname(dropin_dir), "grub")
+        grub_text = _read(grub_path)
+        dropins = {}
+        for other in glob.glob(os.path.join(glob.escape(dropin_dir), "*.cfg")):
+            if os.path.abspath(other) != os.path.abspath(path):
+                dropins[os.path.join(dropin_dir, os.path.basename(other))] = _read(other)
+        text = _read(path, missing_ok=True)
+        after, persisted = _plan_one(
+            path, plan_grub, text, args, absent, grub_text, dropins,
+            grub_name=grub_path, dropin_name=path)
+        plans.append(FilePlan(path, text, after, persisted))
+    else:
+        raise ValueError(f"unknown bootloader {bootloader!r}; use one of {', '.join(BOOTLOADERS)}")
+    return plans
+
+
+def default_update_command(bootloader, find_command):
+    """The command that regenerates the boot menu, as an argument list (or None)."""
+    if bootloader == "uboot_menu":
+        program = find_command("u-boot-update")
+        if not program:
+            raise ValueError("u-boot-update not found: install u-boot-menu or set update_command")
+        return [program]
+    if bootloader == "grub":
+        program = find_command("update-grub")
+        if program:
+            return [program]
+        program = find_command("grub-mkconfig")
+        if program:
+            return [program, "-o", "/boot/grub/grub.cfg"]
+        raise ValueError("neither update-grub nor grub-mkconfig found: set update_command")
+    return None
+
+
+def _restore(written):
+    """Put back what we wrote (newest first); return the paths that failed."""
+    failed = []
+    for path, before in reversed(written):
+        try:
+            if before is None:
+                os.unlink(path)
+            else:
+                atomic_write(path, before, backup=False)
+        except OSError:
+            failed.append(path)
+    return failed
+
+
+def write_plans(changed, backup):
+    """Write every changed file; on an error put back the ones already written."""
+    backups = {}
+    written = []
+    try:
+        for plan in changed:
+            directory = os.path.dirname(plan.path)
+            if directory and not os.path.isdir(directory):
+                os.makedirs(directory, 0o755)  # e.g. /etc/default/grub.d
+            backups[plan.path] = atomic_write(plan.path, plan.after, backup=backup)
+            written.append((plan.path, plan.before))
+    except OSError as exc:
+        not_restored = _restore(written)
+        raise ModuleFailure(
+            f"writing {plan.path} failed: {exc}; files written before it were restored",
+            not_restored=not_restored,
+        )
+    return backups, written
+
+
+def verify_read_back(plans, backups, bootloader, args, absent, extra_paths, fallback):
+    """Read the files again: they must hold what we planned and need no further change."""
+    again = plan_files(bootloader, plans[0].path, args, absent, extra_paths, fallback)
+    for planned, reread in zip(plans, again):
+        if (reread.before != planned.after or reread.after != reread.before
+                or reread.persisted != planned.persisted
+                or not args_satisfied(reread.persisted, args, absent)):
+            raise ModuleFailure(
+                f"read-back of {planned.path} does not hold the planned kernel arguments "
+                f"(backup: {backups.get(planned.path)})",
+                backup_file=backups.get(planned.path),
+            )
+
+
+def run_module(params, check_mode=False, want_diff=False, run_command=None,
+               find_command=None, root="/"):
+    """Read, plan, write (unless check mode), update, read back; return the result dict.
+
+    ``run_command(argv) -> (rc, stdout, stderr)`` and ``find_command(name) -> path or None``
+    come from AnsibleModule; ``root`` lets tests detect the bootloader in a fixture tree.
+    """
+    args = list(params.get("args") or [])
+    absent = list(params.get("absent") or [])
+    validate_args(args, absent)
+    extra_paths = list(params.get("extra_paths") or [])
+    fallback = params.get("fallback", True)
+    bootloader = params.get("bootloader") or detect_bootloader(find_command, root)
+    if extra_paths and bootloader != "extlinux":
+        raise ValueError("extra_paths is only for bootloader=extlinux")
+    path = params.get("path") or default_path(bootloader, root)
+
+    plans = plan_files(bootloader, path, args, absent, extra_paths, fallback)
+    changed = [plan for plan in plans if plan.after != plan.before]
+
+    update_argv = None
+    if changed and bootloader in ("uboot_menu", "grub"):
+        # Found before writing, so a missing tool leaves the files untouched.
+        update_argv = params.get("update_command") or default_update_command(
+            bootloader, find_command)
+
+    backups = {}
+    if changed and not check_mode:
+        backups, written = write_plans(changed, params.get("backup", True))
+        if update_argv:
+            rc, stdout, stderr = run_command(update_argv)
+            if rc != 0:
+                not_restored = _restore(written)
+                raise ModuleFailure(
+                    f"{' '.join(update_argv)} failed (rc={rc}); the edited files were "
+                    "restored to their previous content",
+                    rc=rc, stdout=stdout, stderr=stderr, not_restored=not_restored,
+                )
+        verify_read_back(plans, backups, bootloader, args, absent, extra_paths, fallback)
+
+    cmdline_path = params.get("cmdline_path") or "/proc/cmdline"
+    running = split_cmdline(_read(cmdline_path))
+    pending = pending_changes(running, args, absent)
+    result = {
+        "changed": bool(changed),
+        "bootloader": bootloader,
+        "path": path,
+        "backup_file": backups.get(path),
+        "backup_files": {p: b for p, b in backups.items() if b},
+        "persisted": plans[0].persisted,
+        "running": running,
+        "reboot_required": bool(pending),
+        "pending": pending,
+        "fallback_label": (extlinux_fallback_label(plans[0].after)
+                           if bootloader == "extlinux" else None),
+    }
+    if want_diff:
+        result["diff"] = [
+            {"before_header": plan.path, "after_header": plan.path,
+             "before": plan.before or "", "after": plan.after or ""}
+            for plan in changed
+        ]
+    return result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "args": {"type": "list", "elements": "str", "default": []},
+            "absent": {"type": "list", "elements": "str", "default": []},
+            "bootloader": {"type": "str", "choices": list(BOOTLOADERS)},
+            "path": {"type": "path"},
+            "extra_paths": {"type": "list", "elements": "path", "default": []},
+            "fallback": {"type": "bool", "default": True},
+            "backup": {"type": "bool", "default": True},
+            "cmdline_path": {"type": "path", "default": "/proc/cmdline"},
+            "update_command": {"type": "list", "elements": "str"},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        result = run_module(
+            module.params,
+            check_mode=module.check_mode,
+            want_diff=module._diff,
+            run_command=module.run_command,
+            find_command=module.get_bin_path,
+        )
+    except ModuleFailure as exc:
+        module.fail_json(msg=str(exc), **exc.details)
+    except (ValueError, TypeError, OSError) as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
