@@ -1,0 +1,116 @@
+"""The `edgetune` command.
+
+Exit codes: 0 clean, 1 findings (e.g. drift), 2 usage or environment error.
+"""
+import argparse
+import json
+import sys
+import time
+
+from edgetune.twin import manager
+
+DEFAULT_FLEET = "orin-nx-16gb-r36:1,agx-orin-64gb-r35:1,rock5b-rk3588:1"
+
+
+def say(message):
+    print("edgetune: " + message, file=sys.stderr, flush=True)
+
+
+def cmd_twin_up(args):
+    fleet = manager.parse_fleet(args.fleet)
+    started = time.time()
+    names = manager.up(fleet, say)
+    path = manager.write_inventory(args.inventory_dir)
+    say("%d twin(s) up in %.0f s; inventory %s" % (len(names), time.time() - started, path))
+    return 0
+
+
+def cmd_twin_create(args):
+    manager.ensure_images([manager.board(args.board)["distro"]], say)
+    manager.create(args.name, args.board, say)
+    return 0
+
+
+def cmd_twin_rm(args):
+    for name in args.names:
+        manager.remove(name)
+    return 0
+
+
+def cmd_twin_down(args):
+    for twin in manager.twins():
+        manager.remove(twin["name"])
+    manager.write_inventory(args.inventory_dir)
+    return 0
+
+
+def cmd_twin_list(args):
+    rows = manager.twins()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no twins; start some with `edgetune twin up`")
+    for row in rows:
+        spec = manager.board(row["board"])
+        print("%-28s %-9s %-14s %s" % (row["name"], "running" if row["running"] else "stopped",
+                                       manager.fleet_group(spec), spec["title"]))
+    return 0
+
+
+def cmd_twin_boards(args):
+    for name, spec in manager.boards().items():
+        print("%-20s %-13s %s" % (name, manager.fleet_group(spec), spec["title"]))
+    return 0
+
+
+def cmd_twin_images(args):
+    distros = sorted({spec["distro"] for spec in manager.boards().values()})
+    for tag in manager.ensure_images(distros, say):
+        print(tag)
+    return 0
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="edgetune", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    twin = sub.add_parser("twin", help="device twins (systemd containers that look like a board)")
+    twin_sub = twin.add_subparsers(dest="twin_command", required=True)
+    p = twin_sub.add_parser("up", help="create the twins of a fleet spec and write inventory/twin/")
+    p.add_argument("--fleet", default=DEFAULT_FLEET, help="board[:count],... (default: %(default)s)")
+    p.add_argument("--inventory-dir", default="inventory/twin")
+    p.set_defaults(func=cmd_twin_up)
+    p = twin_sub.add_parser("down", help="remove every twin")
+    p.add_argument("--inventory-dir", default="inventory/twin")
+    p.set_defaults(func=cmd_twin_down)
+    p = twin_sub.add_parser("list", help="list twins")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_twin_list)
+    p = twin_sub.add_parser("boards", help="list the boards a twin can be")
+    p.set_defaults(func=cmd_twin_boards)
+    p = twin_sub.add_parser("images", help="build the twin images (cached)")
+    p.set_defaults(func=cmd_twin_images)
+    p = twin_sub.add_parser("create", help="create one twin (used by molecule)")
+    p.add_argument("name")
+    p.add_argument("--board", required=True)
+    p.set_defaults(func=cmd_twin_create)
+    p = twin_sub.add_parser("rm", help="remove twins by name (used by molecule)")
+    p.add_argument("names", nargs="+")
+    p.set_defaults(func=cmd_twin_rm)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except manager.TwinError as exc:
+        print("edgetune: error: %s" % exc, file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""Build twin images and run twin containers with the local Docker engine.
+
+Images are built here, never pulled: a debootstrap root (mirror read from the
+machine's own apt sources) imported as ``edgetune/base:<distro>``, then the
+guest layer (``Dockerfile`` beside this file) as ``edgetune/twin:<distro>``.
+"""
+import concurrent.futures
+import glob
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BOARDS_DIR = HERE / "guest" / "boards"
+LABEL = "io.edgetune.twin"
+
+# The systemd container recipe of ../shared/TESTBED.md: --privileged is not
+# available here, so the capabilities are listed one by one.  LINUX_IMMUTABLE
+# lets the twin make per-CPU and managed IRQ affinity files refuse writes.
+RUN_OPTIONS = [
+    "--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN", "--cap-add", "SYS_NICE",
+    "--cap-add", "SYS_PTRACE", "--cap-add", "IPC_LOCK", "--cap-add", "SYS_RAWIO",
+    "--cap-add", "LINUX_IMMUTABLE",
+    "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
+    "--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    "--tmpfs", "/run", "--tmpfs", "/run/lock",
+    # A twin's reboot ends its systemd; the engine starts it again.
+    "--restart", "unless-stopped",
+    # Twins need no network: Ansible reaches them through `docker exec`.
+    "--network", "none",
+]
+BASE_PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "python3-apt", "iproute2",
+                 "procps", "kmod", "e2fsprogs", "util-linux", "stress-ng"]
+BOOT_TIMEOUT = 90
+
+
+class TwinError(Exception):
+    """A one-line, user-facing error (exit code 2)."""
+
+
+def run(argv, **kwargs):
+    kwargs.setdefault("stdout", subprocess.PIPE)
+    kwargs.setdefault("stderr", subprocess.PIPE)
+    kwargs.setdefault("text", True)
+    return subprocess.run(argv, check=False, **kwargs)
+
+
+# ---------------------------------------------------------------- boards
+def boards():
+    """All twin boards: name -> board spec (the twin's own hardware model)."""
+    return {Path(p).stem: json.loads(Path(p).read_text()) for p in sorted(glob.glob(str(BOARDS_DIR / "*.json")))}
+
+
+def board(name):
+    known = boards()
+    if name not in known:
+        raise TwinError("unknown twin board %r; known boards: %s" % (name, ", ".join(known)))
+    return known[name]
+
+
+def fleet_group(spec):
+    return {"jetson": "orin-fleet", "rockchip": "rk3588-fleet"}[spec["family"]]
+
+
+def parse_fleet(text):
+    """'orin-nx-16gb-r36:2,rock5b-rk3588' -> [('orin-nx-16gb-r36', 2), ('rock5b-rk3588', 1)]."""
+    fleet = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, count = item.partition(":")
+        board(name)
+        if count and (not count.isdigit() or int(count) < 1):
+            raise TwinError("bad count %r for board %s in fleet spec; use board:N with N >= 1" % (count, name))
+        fleet.append((name, int(count or 1)))
+    if not fleet:
+        raise TwinError("empty fleet spec; give board[:count],... e.g. orin-nx-16gb-r36:2,rock5b-rk3588")
+    return fleet
+
+
+# ---------------------------------------------------------------- engine
+def engine_answers():
+    return shutil.which("docker") is not None and run(["docker", "info"]).returncode == 0
+
+
+def is_debian_root():
+    return os.geteuid() == 0 and Path("/etc/debian_version").exists() and shutil.which("apt-get")
+
+
+def apt_install(*packages):
+    if run(["apt-get", "update", "-qq"]).returncode != 0:
+        raise TwinError("apt-get update failed; check the machine's apt sources")
+    result = run(["apt-get", "install", "-y", "-qq", *packages],
+                 env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+    if result.returncode != 0:
+        raise TwinError("apt-get install %s failed: %s" % (" ".join(packages), result.stderr.strip()[-300:]))
+
+
+def ensure_engine(say=print):
+    """A Docker engine that answers, started here if need be (Debian, root)."""
+    if engine_answers():
+        return
+    if not is_debian_root():
+        raise TwinError("no Docker engine answers: install and start Docker "
+                        "(on Debian as root, edgetune installs docker.io itself)")
+    if not shutil.which("dockerd") or not shutil.which("docker"):
+        say("installing Debian's docker.io")
+        apt_install("docker.io")
+    say("starting dockerd")
+    log = open("/var/log/edgetune-dockerd.log", "ab")
+    subprocess.Popen(["dockerd"], stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if engine_answers():
+            return
+        time.sleep(1)
+    raise TwinError("dockerd did not answer within 60 s; see /var/log/edgetune-dockerd.log")
+
+
+# ---------------------------------------------------------------- images
+def apt_mirror(distro_hint="debian"):
+    """The Debian mirror this machine's apt uses (never written into a file)."""
+    uris = []
+    for path in sorted(glob.glob("/etc/apt/sources.list.d/*.sources")):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith("URIs:"):
+                uris += line.split()[1:]
+    for path in ["/etc/apt/sources.list"] + sorted(glob.glob("/etc/apt/sources.list.d/*.list")):
+        if os.path.exists(path):
+            for line in Path(path).read_text().splitlines():
+                words = line.split("#", 1)[0].split()
+                if words and words[0] == "deb":
+                    uris += [w for w in words[1:] if "://" in w][:1]
+    plain = [u for u in uris if "security" not in u]
+    if not plain:
+        raise TwinError("no Debian mirror found in /etc/apt/sources.list*; add one so debootstrap can fetch packages")
+    return plain[0]
+
+
+def image_exists(tag):
+    return run(["docker", "image", "inspect", tag]).returncode == 0
+
+
+def build_base(distro, say=print):
+    tag = "edgetune/base:%s" % distro
+    if image_exists(tag):
+        return tag
+    if not shutil.which("debootstrap"):
+        if not is_debian_root():
+            raise TwinError("debootstrap is missing: install it (Debian: apt-get install debootstrap)")
+        say("installing debootstrap")
+        apt_install("debootstrap")
+    mirror = apt_mirror()
+    say("building %s with debootstrap (about a minute)" % tag)
+    workdir = tempfile.mkdtemp(prefix="edgetune-rootfs-%s-" % distro, dir="/var/tmp")
+    try:
+        result = run(["debootstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES),
+                      distro, workdir, mirror])
+        if result.returncode != 0:
+            tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
+            raise TwinError("debootstrap %s failed: %s" % (distro, " | ".join(tail)))
+        for deb in glob.glob(os.path.join(workdir, "var/cache/apt/archives/*.deb")):
+            os.unlink(deb)
+        tar = subprocess.Popen(["tar", "-C", workdir, "-c", "."], stdout=subprocess.PIPE)
+        imported = run(["docker", "import", "-", tag], stdin=tar.stdout)
+        tar.wait()
+        if imported.returncode != 0 or tar.returncode != 0:
+            raise TwinError("docker import of %s failed: %s" % (tag, imported.stderr.strip()))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return tag
+
+
+def build_twin_image(distro, say=print):
+    base = build_base(distro, say)
+    tag = "edgetune/twin:%s" % distro
+    result = run(["docker", "build", "-q", "--build-arg", "BASE=" + base, "-t", tag, str(HERE)])
+    if result.returncode != 0:
+        raise TwinError("docker build of %s failed: %s" % (tag, result.stderr.strip()[-300:]))
+    return tag
+
+
+def ensure_images(distros, say=print):
+    ensure_engine(say)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(lambda d: build_twin_image(d, say), sorted(set(distros))))
+
+
+# ---------------------------------------------------------------- twins
+def container_state(name):
+    result = run(["docker", "inspect", "-f", "{{.State.Running}} {{index .Config.Labels \"%s\"}}" % LABEL, name])
+    if result.returncode != 0:
+        return None
+    running, board_name = result.stdout.split()
+    return {"running": running == "true", "board": board_name}
+
+
+def create(name, board_name, say=print):
+    """Create (or reuse) one twin and wait until it has booted."""
+    spec = board(board_name)
+    state = container_state(name)
+    if state and state["board"] != board_name:
+        raise TwinError("container %s exists as a %s twin, not %s; remove it with `edgetune twin down`"
+                        % (name, state["board"], board_name))
+    if state is None:
+        result = run(["docker", "run", "-d", "--name", name, "--hostname", name,
+                      "--label", "%s=%s" % (LABEL, board_name), "-e", "EDGETUNE_TWIN_BOARD=" + board_name,
+                      *RUN_OPTIONS, "edgetune/twin:%s" % spec["distro"]])
+        if result.returncode != 0:
+            raise TwinError("cannot start twin %s: %s" % (name, result.stderr.strip()))
+    elif not state["running"]:
+        run(["docker", "start", name])
+    wait_booted(name)
+    return name
+
+
+def wait_booted(name, timeout=BOOT_TIMEOUT):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        probe = run(["docker", "exec", name, "systemctl", "is-system-running"])
+        if probe.stdout.strip() in ("running", "degraded"):
+            booted = run(["docker", "exec", name, "cat", "/run/edgetune-twin/boot.json"])
+            if booted.returncode == 0:
+                return json.loads(booted.stdout)
+            break
+        time.sleep(1)
+    log = run(["docker", "exec", name, "journalctl", "-b", "-u", "edgetune-twin-boot", "--no-pager", "-n", "5"])
+    last = " | ".join((log.stdout or log.stderr).strip().splitlines()[-3:])
+    raise TwinError("twin %s did not boot within %d s: %s" % (name, timeout, last or "no journal"))
+
+
+def remove(name):
+    run(["docker", "rm", "-f", name])
+
+
+def twins():
+    """Running or stopped twins: list of dicts name/board/running."""
+    result = run(["docker", "ps", "-a", "--filter", "label=" + LABEL,
+                  "--format", "{{.Names}}\t{{.Label \"%s\"}}\t{{.State}}" % LABEL])
+    rows = []
+    for line in result.stdout.splitlines():
+        name, board_name, state = line.split("\t")
+        rows.append({"name": name, "board": board_name, "running": state == "running"})
+    return sorted(rows, key=lambda r: r["name"])
+
+
+def up(fleet, say=print):
+    """Bring up a fleet [(board, count)] in parallel; returns the twin names."""
+    ensure_images([board(b)["distro"] for b, _ in fleet], say)
+    wanted = [("%s-%d" % (b, i), b) for b, count in fleet for i in range(1, count + 1)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        futures = [pool.submit(create, name, b, say) for name, b in wanted]
+        for future in futures:
+            future.result()
+    return [name for name, _ in wanted]
+
+
+def write_inventory(directory):
+    """inventory/twin/hosts.yml with groups orin-fleet and rk3588-fleet."""
+    groups = {"orin-fleet": {}, "rk3588-fleet": {}}
+    for twin in twins():
+        groups[fleet_group(board(twin["board"]))][twin["name"]] = None
+    inventory = {"all": {
+        "vars": {"ansible_connection": "community.docker.docker",
+                 "ansible_python_interpreter": "/usr/bin/python3"},
+        "children": {"twins": {"children": {g: {"hosts": hosts} for g, hosts in groups.items()}}},
+    }}
+    import yaml
+    path = Path(directory) / "hosts.yml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("# Written by `edgetune twin up`: the running device twins.\n"
+                    + yaml.safe_dump(inventory, sort_keys=False, default_flow_style=False))
+    return path
