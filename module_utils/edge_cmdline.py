@@ -561,11 +561,16 @@ def _expand(text, position, env, where):
         name = text[position + 2: close] if close > 0 else ""
         if not _NAME.fullmatch(name):
             raise ValueError(f"{where}: cannot evaluate {text!r} (only ${{NAME}} is understood)")
-        return env.get(name, ""), close + 1
-    match = _NAME.match(text, position + 1)
-    if not match:
-        raise ValueError(f"{where}: cannot evaluate '$' in {text!r}")
-    return env.get(match.group(0), ""), match.end()
+        end = close + 1
+    else:
+        match = _NAME.match(text, position + 1)
+        if not match:
+            raise ValueError(f"{where}: cannot evaluate '$' in {text!r}")
+        name, end = match.group(0), match.end()
+    value = env.get(name, "")
+    if value is None:
+        raise ValueError(f"{where}: {text!r} uses ${name}, whose value cannot be evaluated")
+    return value, end
 
 
 def parse_shell_word(text, env, where):
@@ -638,19 +643,30 @@ def _parse_assignment(body, env, where):
     return name, value, prefix, rest
 
 
-def evaluate_shell_assignments(text, env, filename):
-    """Apply the ``NAME=value`` lines of ``text`` to ``env`` (in place)."""
+def evaluate_shell_assignments(text, env, filename, needed=None):
+    """Apply the ``NAME=value`` lines of ``text`` to ``env`` (in place).
+
+    Only the variables in ``needed`` (all when None) must be evaluable: stock
+    /etc/default/grub sets GRUB_DISTRIBUTOR with a command substitution, which
+    we record as unknown (None) and refuse only if a needed variable uses it.
+    """
     for number, (body, _ending) in enumerate(split_lines(text), 1):
         stripped = body.strip()
         if not stripped or stripped.startswith("#"):
             continue
         where = f"{filename} line {number}"
-        parsed = _parse_assignment(body, env, where)
-        if parsed is None:
+        match = _ASSIGNMENT.match(body)
+        if not match:
             raise ValueError(
                 f"{where}: cannot evaluate {body!r} (only NAME=value lines are understood)"
             )
-        env[parsed[0]] = parsed[1]
+        name = match.group(2)
+        try:
+            env[name] = _parse_assignment(body, env, where)[1]
+        except ValueError:
+            if needed is None or name in needed:
+                raise
+            env[name] = None
     return env
 
 
@@ -706,6 +722,7 @@ def plan_uboot_default(text, args, absent, filename="/etc/default/u-boot"):
 # ---------------------------------------------------------------------------
 
 GRUB_DROPIN_HEADER = "# Managed by edgetune (edge_kernel_cmdline)"
+GRUB_CMDLINE_VARIABLES = ("GRUB_CMDLINE_LINUX", "GRUB_CMDLINE_LINUX_DEFAULT")
 _GRUB_DROPIN_LINE = re.compile(r'^GRUB_CMDLINE_LINUX="\$GRUB_CMDLINE_LINUX( .*)?"$')
 
 
@@ -762,7 +779,7 @@ def plan_grub(text, args, absent, grub_text, dropins, grub_name="/etc/default/gr
     env = {}
     set_by = {}  # absent item -> the last file that put it on the command line
     for name, source in sources:
-        evaluate_shell_assignments(source, env, name)
+        evaluate_shell_assignments(source, env, name, needed=GRUB_CMDLINE_VARIABLES)
         for item in _absent_still_set(grub_persisted_tokens(env), absent):
             set_by.setdefault(item, name)
         for item in list(set_by):
@@ -773,4 +790,12 @@ def plan_grub(text, args, absent, grub_text, dropins, grub_name="/etc/default/gr
             "absent items are still set in files edgetune does not edit: "
             + "; ".join(f"{item} in {name}" for item, name in sorted(set_by.items()))
         )
-    return new_text, grub_persisted_tokens(env)
+    persisted = grub_persisted_tokens(env)
+    lost = [arg for arg in args if arg not in persisted]
+    if lost:
+        later = [name for name in sorted(in_order) if name > dropin_name]
+        raise ValueError(
+            f"{', '.join(lost)} would not reach the command line: a drop-in sorted after "
+            f"{dropin_name} resets GRUB_CMDLINE_LINUX ({', '.join(later) or 'none found'})"
+        )
+    return new_text, persisted
