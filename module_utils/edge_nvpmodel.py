@@ -147,7 +147,7 @@ def parse_conf(text):
                 try:
                     mode_id = int(attrs["ID"])
                 except ValueError:
-                    raise ValueError(f"line {lineno}: POWER_MODEL ID is not a number: {raw!r}")
+                    raise ValueError(f"line {lineno}: POWER_MODEL ID is not a number: {raw!r}") from None
                 if any(m.id == mode_id for m in modes):
                     raise ValueError(f"line {lineno}: POWER_MODEL ID={mode_id} defined twice")
                 mode = Mode(mode_id, attrs["NAME"])
@@ -157,7 +157,7 @@ def parse_conf(text):
                 try:
                     default_id = int(attrs["DEFAULT"])
                 except (KeyError, ValueError):
-                    raise ValueError(f"line {lineno}: PM_CONFIG needs DEFAULT=<id>: {raw!r}")
+                    raise ValueError(f"line {lineno}: PM_CONFIG needs DEFAULT=<id>: {raw!r}") from None
                 section = ("PM_CONFIG", None)
             continue
 
