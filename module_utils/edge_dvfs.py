@@ -1,0 +1,335 @@
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""CPU (cpufreq) and device (devfreq) frequency scaling: read, validate, plan, read back.
+
+Runs on the device (Python 3.8+, stdlib only).  The same attribute names are
+used for both kinds: ``governor``, ``min_freq`` and ``max_freq``; FILES maps
+them to the sysfs file names.  cpufreq values are kHz, devfreq values Hz.
+
+Write ordering: the kernel rejects (or silently clamps) a min above the
+current max, so :func:`limit_writes` writes max first when the new min is above
+the current max, and min first otherwise.  With a valid start state and a valid
+end state one of the two orders is always safe:
+
+- min first needs new_min <= cur_max;
+- max first needs cur_min <= new_max, which holds whenever new_min > cur_max
+  (cur_min <= cur_max < new_min <= new_max).
+"""
+
+import errno
+import os
+import re
+
+CPUFREQ = "cpufreq"
+DEVFREQ = "devfreq"
+ATTRS = ("governor", "min_freq", "max_freq")
+FREQ_ATTRS = ("min_freq", "max_freq")
+SNAPS = ("exact", "down", "up", "nearest")
+
+CPU_DIR = "sys/devices/system/cpu"
+CPUFREQ_DIR = CPU_DIR + "/cpufreq"
+DEVFREQ_DIR = "sys/class/devfreq"
+
+FILES = {
+    CPUFREQ: {"governor": "scaling_governor", "min_freq": "scaling_min_freq",
+              "max_freq": "scaling_max_freq"},
+    DEVFREQ: {"governor": "governor", "min_freq": "min_freq", "max_freq": "max_freq"},
+}
+UNITS = {CPUFREQ: "kHz", DEVFREQ: "Hz"}
+
+_POLICY_RE = re.compile(r"^policy(\d+)$")
+
+
+def under(root, path):
+    """``path`` (absolute or relative to /) inside ``root``."""
+    return os.path.join(root or "/", path.lstrip("/"))
+
+
+def read_sysfs(path):
+    with open(path, "r") as handle:
+        return handle.read().strip()
+
+
+def write_sysfs(path, value):
+    """Write one value the way ``echo value > path`` does.
+
+    No O_CREAT: a missing attribute is an error, never a new file.  Tests
+    replace this function to simulate kernel behaviour.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, ("%s\n" % value).encode("ascii"))
+    finally:
+        os.close(fd)
+
+
+def _read_optional(path):
+    try:
+        return read_sysfs(path)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return None
+        raise
+
+
+def _read_int(path):
+    text = read_sysfs(path)
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError("%s: expected an integer, read %r" % (path, text)) from None
+
+
+def parse_cpulist(text):
+    """'0-3,8' or '0 1 2 3' (related_cpus) -> [0, 1, 2, 3, 8]."""
+    cpus = []
+    for part in text.replace(",", " ").split():
+        if "-" in part:
+            first, last = part.split("-", 1)
+            cpus.extend(range(int(first), int(last) + 1))
+        else:
+            cpus.append(int(part))
+    return cpus
+
+
+def format_cpulist(cpus):
+    """[0, 1, 2, 3, 8] -> '0-3,8'."""
+    ranges = []
+    for cpu in sorted(set(cpus)):
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(str(a) if a == b else "%d-%d" % (a, b) for a, b in ranges)
+
+
+# --------------------------------------------------------------------------
+# Discovery
+
+def list_policies(root):
+    """{policy number: directory} of the cpufreq policies present."""
+    base = under(root, CPUFREQ_DIR)
+    found = {}
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return found
+    for name in names:
+        match = _POLICY_RE.match(name)
+        if match and os.path.isdir(os.path.join(base, name)):
+            found[int(match.group(1))] = os.path.join(base, name)
+    return found
+
+
+def list_devfreq(root):
+    """{node name: directory} of the devfreq nodes present (class links resolved)."""
+    base = under(root, DEVFREQ_DIR)
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return {}
+    return {name: os.path.join(base, name) for name in names
+            if os.path.isdir(os.path.join(base, name))}
+
+
+def describe_policies(root):
+    """'policy0 (cpus 0-3), policy4 (cpus 4-7)' for error messages."""
+    parts = []
+    for number, directory in sorted(list_policies(root).items()):
+        related = _read_optional(os.path.join(directory, "related_cpus"))
+        cpus = format_cpulist(parse_cpulist(related)) if related else "?"
+        parts.append("policy%d (cpus %s)" % (number, cpus))
+    return ", ".join(parts) or "none"
+
+
+def policy_for_cpu(root, cpu):
+    """The policy number that governs ``cpu``.
+
+    ``cpuN/cpufreq`` is a symlink to ``../cpufreq/policyM``; when it is not
+    (old kernels, or trees without the link) the policies' related_cpus decide.
+    """
+    link = under(root, "%s/cpu%d/cpufreq" % (CPU_DIR, cpu))
+    if os.path.islink(link):
+        match = _POLICY_RE.match(os.path.basename(os.readlink(link).rstrip("/")))
+        if match:
+            return int(match.group(1))
+    for number, directory in sorted(list_policies(root).items()):
+        related = _read_optional(os.path.join(directory, "related_cpus"))
+        if related and cpu in parse_cpulist(related):
+            return number
+    raise LookupError("cpu%d has no cpufreq policy on this board; present: %s"
+                      % (cpu, describe_policies(root)))
+
+
+# --------------------------------------------------------------------------
+# Reading
+
+def read_state(kind, directory):
+    """Current {governor, min_freq, max_freq} of a policy or devfreq node."""
+    files = FILES[kind]
+    return {
+        "governor": read_sysfs(os.path.join(directory, files["governor"])),
+        "min_freq": _read_int(os.path.join(directory, files["min_freq"])),
+        "max_freq": _read_int(os.path.join(directory, files["max_freq"])),
+    }
+
+
+def read_available(kind, directory, name):
+    """What a policy or node accepts.
+
+    Returns {name, kind, governors (list or None), frequencies (sorted list or
+    None), range (lowest, highest), range_source}.  A cpufreq driver without
+    scaling_available_frequencies accepts any value in the cpuinfo range.
+    """
+    if kind == CPUFREQ:
+        governors = _read_optional(os.path.join(directory, "scaling_available_governors"))
+        table = _read_optional(os.path.join(directory, "scaling_available_frequencies"))
+        low = _read_int(os.path.join(directory, "cpuinfo_min_freq"))
+        high = _read_int(os.path.join(directory, "cpuinfo_max_freq"))
+        source = "cpuinfo_min_freq..cpuinfo_max_freq"
+    else:
+        governors = _read_optional(os.path.join(directory, "available_governors"))
+        table = _read_optional(os.path.join(directory, "available_frequencies"))
+        low = high = None
+        source = "available_frequencies"
+    frequencies = None
+    if table:
+        try:
+            frequencies = sorted(set(int(x) for x in table.split()))
+        except ValueError:
+            raise ValueError("%s: cannot parse frequency table %r" % (directory, table)) from None
+    if low is None:
+        if not frequencies:
+            raise ValueError("%s: no available_frequencies to validate against" % directory)
+        low, high = frequencies[0], frequencies[-1]
+    return {
+        "name": name,
+        "kind": kind,
+        "governors": governors.split() if governors else None,
+        "frequencies": frequencies,
+        "range": (low, high),
+        "range_source": source,
+    }
+
+
+# --------------------------------------------------------------------------
+# Validation and planning
+
+def _steps_text(steps):
+    return " ".join(str(step) for step in steps)
+
+
+def resolve_freq(attr, value, available, snap="exact"):
+    """A desired frequency (int, digit string, 'min' or 'max') -> the value to write."""
+    name = available["name"]
+    unit = UNITS[available["kind"]]
+    table = available["frequencies"]
+    low, high = available["range"]
+    if snap not in SNAPS:
+        raise ValueError("snap %r is not one of %s" % (snap, ", ".join(SNAPS)))
+    if value in ("min", "max"):
+        if table:
+            return table[0] if value == "min" else table[-1]
+        return low if value == "min" else high
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("%s %r on %s: give a frequency in %s, or min or max"
+                         % (attr, value, name, unit))
+    if not low <= value <= high:
+        raise ValueError("%s %d %s on %s is out of range %d..%d %s (%s)"
+                         % (attr, value, unit, name, low, high, unit, available["range_source"]))
+    if not table or value in table:
+        return value
+    below = [step for step in table if step < value]
+    above = [step for step in table if step > value]
+    if snap == "exact":
+        nearest = below[-1:] + above[:1]
+        raise ValueError(
+            "%s %d %s on %s is not an available frequency; nearest steps: %s "
+            "(set snap to down, up or nearest to round; available: %s)"
+            % (attr, value, unit, name, _steps_text(nearest), _steps_text(table)))
+    if snap == "down" and below:
+        return below[-1]
+    if snap == "up" and above:
+        return above[0]
+    if snap == "nearest":
+        # Ties go to the lower step (the cooler choice).
+        return min(below[-1:] + above[:1], key=lambda step: (abs(step - value), step))
+    raise ValueError("%s %d %s on %s: no available frequency %s it; available: %s"
+                     % (attr, value, unit, name, "at or below" if snap == "down" else "at or above",
+                        _steps_text(table)))
+
+
+def resolve(current, desired, available, snap="exact"):
+    """Validate ``desired`` and return it resolved: {attr: value} for the attributes given.
+
+    Raises ValueError naming the attribute and listing what is valid.
+    """
+    name = available["name"]
+    unit = UNITS[available["kind"]]
+    final = {}
+    governor = desired.get("governor")
+    if governor is not None:
+        governors = available["governors"]
+        if not isinstance(governor, str) or not governor or governor.split() != [governor]:
+            raise ValueError("governor %r on %s is not a governor name" % (governor, name))
+        if governors is not None and governor not in governors:
+            raise ValueError("governor %r not available on %s; available: %s"
+                             % (governor, name, " ".join(governors)))
+        final["governor"] = governor
+    for attr in FREQ_ATTRS:
+        if desired.get(attr) is not None:
+            final[attr] = resolve_freq(attr, desired[attr], available, snap)
+    new_min = final.get("min_freq", current["min_freq"])
+    new_max = final.get("max_freq", current["max_freq"])
+    if new_min > new_max:
+        raise ValueError(
+            "min_freq %d %s%s > max_freq %d %s%s on %s"
+            % (new_min, unit, "" if "min_freq" in final else " (current)",
+               new_max, unit, "" if "max_freq" in final else " (current)", name))
+    return final
+
+
+def limit_writes(current, final):
+    """Ordered (attr, old, new) writes of min_freq/max_freq; see the module docstring."""
+    new_min = final.get("min_freq", current["min_freq"])
+    new_max = final.get("max_freq", current["max_freq"])
+    mins = [("min_freq", current["min_freq"], new_min)] if new_min != current["min_freq"] else []
+    maxs = [("max_freq", current["max_freq"], new_max)] if new_max != current["max_freq"] else []
+    if new_min > current["max_freq"]:
+        return maxs + mins
+    return mins + maxs
+
+
+def plan(current, desired, available, snap="exact"):
+    """The ordered list of (attribute, old, new) writes that reach ``desired``.
+
+    The governor comes first (a governor change may reset the limits on some
+    drivers), then the limits in a safe order.  ValueError when ``desired`` is
+    not valid for this policy/node.
+    """
+    final = resolve(current, desired, available, snap)
+    writes = []
+    if "governor" in final and final["governor"] != current["governor"]:
+        writes.append(("governor", current["governor"], final["governor"]))
+    return writes + limit_writes(current, final)
+
+
+def apply_state(current, writes):
+    """``current`` with the planned writes applied (what check mode reports as after)."""
+    after = dict(current)
+    for attr, _old, new in writes:
+        after[attr] = new
+    return after
+
+
+def readback_errors(kind, directory, final):
+    """Messages for every managed attribute whose value did not stick."""
+    errors = []
+    state = read_state(kind, directory)
+    for attr in ATTRS:
+        if attr in final and state[attr] != final[attr]:
+            errors.append("%s: expected %s, read back %s"
+                          % (os.path.join(directory, FILES[kind][attr]), final[attr], state[attr]))
+    return errors
