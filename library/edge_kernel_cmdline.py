@@ -211,12 +211,13 @@ diff:
   elements: dict
 """
 
-import glob
-import os
-from collections import namedtuple
+# Ansible modules keep DOCUMENTATION first, hence the E402 waivers.
+import glob  # noqa: E402
+import os  # noqa: E402
+from collections import namedtuple  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.edge_cmdline import (
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.edge_cmdline import (  # noqa: E402
     args_satisfied,
     extlinux_fallback_label,
     pending_changes,
@@ -228,7 +229,7 @@ from ansible.module_utils.edge_cmdline import (
     split_cmdline,
     validate_args,
 )
-from ansible.module_utils.edge_fileio import atomic_write, read_text
+from ansible.module_utils.edge_fileio import atomic_write, read_text  # noqa: E402
 
 BOOTLOADERS = ("extlinux", "armbian", "uboot_menu", "grub")
 EXTLINUX_PATH = "/boot/extlinux/extlinux.conf"
@@ -298,7 +299,7 @@ def _read(path, missing_ok=False):
     except OSError as exc:
         if missing_ok and not os.path.exists(path):
             return None
-        raise ValueError(f"cannot read {path}: {exc.strerror or exc}")
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
 def _plan_one(path, planner, *planner_args, **planner_kwargs):
@@ -306,7 +307,7 @@ def _plan_one(path, planner, *planner_args, **planner_kwargs):
     try:
         return planner(*planner_args, **planner_kwargs)
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"{path}: {exc}")
+        raise ValueError(f"{path}: {exc}") from exc
 
 
 def plan_files(bootloader, path, args, absent, extra_paths=(), fallback=True):
@@ -395,7 +396,7 @@ def write_plans(changed, backup):
         raise ModuleFailure(
             f"writing {plan.path} failed: {exc}; files written before it were restored",
             not_restored=not_restored,
-        )
+        ) from exc
     return backups, written
 
 

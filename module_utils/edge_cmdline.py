@@ -343,7 +343,7 @@ class ExtlinuxConfig:
         try:
             return split_cmdline(line.value)
         except ValueError as exc:
-            raise ValueError(f"APPEND of label {label.name!r}: {exc}")
+            raise ValueError(f"APPEND of label {label.name!r}: {exc}") from exc
 
     def fallback_block(self, label):
         """Copy of ``label``'s lines renamed to the fallback label."""

@@ -69,8 +69,12 @@ def atomic_write(path, data, backup=True, mode=None):
     new file gets ``mode`` or 0644).  With ``backup`` and an existing file, the
     original is first copied next to it (see :func:`make_backup`).
 
+    A symlink is followed: the file it points to is replaced (and backed up),
+    the link stays a link.
+
     Returns the backup path, or None when no backup was made.
     """
+    path = os.path.realpath(path)
     if not isinstance(data, bytes):
         data = data.encode("utf-8")
     directory = os.path.dirname(os.path.abspath(path))

@@ -381,6 +381,18 @@ def test_atomic_write_new_file_and_owner(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == []
 
 
+def test_atomic_write_follows_symlink(tmp_path):
+    real = tmp_path / "real.conf"
+    real.write_text("old\n")
+    link = tmp_path / "link.conf"
+    link.symlink_to(real)
+    backup = atomic_write(str(link), "new\n")
+    assert link.is_symlink()
+    assert real.read_text() == "new\n"
+    assert Path(backup).read_text() == "old\n"
+    assert Path(backup).name.startswith("real.conf.edgetune-")
+
+
 # ---------------------------------------------------------------------------
 # main(): what Ansible sees
 # ---------------------------------------------------------------------------
