@@ -34,7 +34,7 @@ def parse_cpulist(text):
                     raise ValueError
                 cpus.add(value)
         except ValueError:
-            raise ValueError("invalid CPU list item %r in %r" % (part, text))
+            raise ValueError("invalid CPU list item %r in %r" % (part, text)) from None
     return sorted(cpus)
 
 
@@ -60,7 +60,7 @@ def parse_cpumask(text):
         for word in words:
             value = (value << 32) | int(word, 16)
     except ValueError:
-        raise ValueError("invalid CPU mask %r" % text)
+        raise ValueError("invalid CPU mask %r" % text) from None
     return [bit for bit in range(value.bit_length()) if value >> bit & 1]
 
 

@@ -64,6 +64,11 @@ def cmd_twin_boards(args):
     return 0
 
 
+def cmd_twin_engine(args):
+    manager.ensure_engine(say)
+    return 0
+
+
 def cmd_twin_images(args):
     distros = sorted({spec["distro"] for spec in manager.boards().values()})
     for tag in manager.ensure_images(distros, say):
@@ -89,6 +94,8 @@ def build_parser():
     p.set_defaults(func=cmd_twin_list)
     p = twin_sub.add_parser("boards", help="list the boards a twin can be")
     p.set_defaults(func=cmd_twin_boards)
+    p = twin_sub.add_parser("engine", help="make sure a Docker engine answers (starts dockerd on Debian as root)")
+    p.set_defaults(func=cmd_twin_engine)
     p = twin_sub.add_parser("images", help="build the twin images (cached)")
     p.set_defaults(func=cmd_twin_images)
     p = twin_sub.add_parser("create", help="create one twin (used by molecule)")

@@ -1,0 +1,49 @@
+"""Shared testinfra checks for the twin scenarios.
+
+Expectations are written here from the boards' documented hardware (HARDWARE
+notes), not read from the roles' data, so a wrong role or profile fails them.
+"""
+import os
+import re
+import subprocess
+
+import pytest
+
+EXPECTED = {
+    "orin-nx-16gb-r36": {"model": "NVIDIA Jetson Orin NX Engineering Reference Developer Kit",
+                         "profile": "NVIDIA Jetson Orin NX 16GB", "release": "L4T 36.4.3",
+                         "clusters": ["0-3", "4-7"], "bootloader": "/boot/extlinux/extlinux.conf"},
+    "agx-orin-64gb-r35": {"model": "Jetson AGX Orin Developer Kit",
+                          "profile": "NVIDIA Jetson AGX Orin 64GB", "release": "L4T 35.6.0",
+                          "clusters": ["0-3", "4-7", "8-11"], "bootloader": "/boot/extlinux/extlinux.conf"},
+    "rock5b-rk3588": {"model": "Radxa ROCK 5B", "profile": "Rockchip RK3588", "release": "armbian 25.8.1",
+                      "clusters": ["0-3", "4-5", "6-7"], "bootloader": "/boot/armbianEnv.txt"},
+}
+
+
+@pytest.fixture
+def twin_board(host):
+    """The board the twin was created as (its PID 1 environment)."""
+    environ = host.check_output("tr '\\0' '\\n' < /proc/1/environ")
+    return re.search(r"^EDGETUNE_TWIN_BOARD=(.+)$", environ, re.M).group(1)
+
+
+@pytest.fixture
+def expected(twin_board):
+    return EXPECTED[twin_board]
+
+
+def run_site(host, *extra):
+    """ansible-playbook site.yml against this one twin, as the user runs it."""
+    project = os.environ["MOLECULE_PROJECT_DIRECTORY"]
+    argv = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
+            "-l", host.backend.host, os.path.join(project, "site.yml"), *extra]
+    return subprocess.run(argv, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, check=False, env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0"))
+
+
+def recap(output, name):
+    match = re.search(r"^%s\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)" % re.escape(name),
+                      output, re.M)
+    assert match, output[-3000:]
+    return dict(zip(("ok", "changed", "unreachable", "failed"), map(int, match.groups())))

@@ -1,0 +1,63 @@
+"""Callback edge_summary: one line per host at the end of a run.
+
+Board, release, the tasks that changed something, reboots, and the wall time
+of the run: what a person wants to see after `ansible-playbook site.yml`.
+"""
+import time
+
+from ansible.plugins.callback import CallbackBase
+
+DOCUMENTATION = r"""
+name: edge_summary
+type: aggregate
+short_description: Fleet summary (board, release, changes) at the end of a run
+description:
+  - Prints, per host, the board profile, the L4T or BSP release, the changed tasks and
+    whether the host failed or was unreachable, then the wall time of the run.
+requirements:
+  - enable in ansible.cfg (callbacks_enabled = edge_summary)
+"""
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "edge_summary"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self):
+        super().__init__()
+        self.started = time.time()
+        self.hosts = {}
+
+    def host(self, result):
+        return self.hosts.setdefault(result._host.get_name(), {
+            "board": "?", "release": "?", "changed": [], "state": "ok"})
+
+    def v2_runner_on_ok(self, result):
+        entry = self.host(result)
+        facts = result._result.get("ansible_facts") or {}
+        edge = facts.get("edge")
+        if edge:
+            l4t, bsp = edge.get("l4t"), edge.get("bsp") or {}
+            entry["release"] = ("L4T %s" % l4t["version"]) if l4t else "%s %s" % (bsp.get("name"), bsp.get("version"))
+        if facts.get("edge_facts_profile"):
+            entry["board"] = facts["edge_facts_profile"]["title"]
+        if result._result.get("changed") and result._task.get_name() not in entry["changed"]:
+            entry["changed"].append(result._task.get_name())
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        if not ignore_errors:
+            self.host(result)["state"] = "FAILED"
+
+    def v2_runner_on_unreachable(self, result):
+        self.host(result)["state"] = "UNREACHABLE"
+
+    def v2_playbook_on_stats(self, stats):
+        self._display.banner("EDGETUNE FLEET SUMMARY")
+        for name in sorted(self.hosts):
+            entry = self.hosts[name]
+            changes = ", ".join(entry["changed"]) if entry["changed"] else "no change"
+            self._display.display("%-24s %-6s %-34s %-14s %s" % (
+                name, entry["state"], entry["board"], entry["release"], changes))
+        self._display.display("wall time: %.1f s" % (time.time() - self.started))
