@@ -460,7 +460,10 @@ def test_force_does_not_ask(tree):
 # The module against the simulator
 # ---------------------------------------------------------------------------
 
-edge_nvpmodel = pytest.importorskip("edge_nvpmodel")
+@pytest.fixture
+def nvp():
+    """library/edge_nvpmodel.py; it needs ansible-core (controller tests only)."""
+    return pytest.importorskip("edge_nvpmodel")
 
 
 def sim_runner(root, calls=None):
@@ -486,20 +489,20 @@ def module_params(root, mode, **extra):
     return params
 
 
-def run_module(root, mode, check_mode=False, want_diff=False, calls=None, **extra):
+def run_module(nvp, root, mode, check_mode=False, want_diff=False, calls=None, **extra):
     """The module on a twin tree.  Its files are the tree's: the simulator
     keeps paths that already lie inside EDGETUNE_TWIN_ROOT as they are."""
     extra.setdefault("conf", str(root / "etc/nvpmodel.conf"))
     extra.setdefault("status_file", str(root / "var/lib/nvpmodel/status"))
-    return edge_nvpmodel.run_module(
+    return nvp.run_module(
         module_params(root, mode, **extra), check_mode=check_mode, want_diff=want_diff,
         run_command=sim_runner(root, calls), find_command=lambda *a, **k: None)
 
 
 @pytest.mark.controller
-def test_module_live_switch_changes_sysfs_and_is_idempotent(tree):
+def test_module_live_switch_changes_sysfs_and_is_idempotent(nvp, tree):
     boot_in(tree, "agx_r35", mode_id=0)  # MAXN
-    result = run_module(tree, "MODE_50W", want_diff=True)
+    result = run_module(nvp, tree, "MODE_50W", want_diff=True)
     assert result["changed"] is True
     assert result["reboot_required"] is False
     assert (result["mode_name"], result["mode_id"]) == ("MODE_50W", 3)
@@ -509,39 +512,39 @@ def test_module_live_switch_changes_sysfs_and_is_idempotent(tree):
     assert [cpu_max(tree, p) for p in (0, 4, 8)] == [1497600] * 3
     assert [online(tree, c) for c in range(12)] == ["1"] * 12
     assert get(tree, "/var/lib/nvpmodel/status") == "pmode:0003 fmode:fanNull"
-    again = run_module(tree, "MODE_50W")
+    again = run_module(nvp, tree, "MODE_50W")
     assert again["changed"] is False and again["reboot_required"] is False
 
 
 @pytest.mark.controller
-def test_module_check_mode_writes_nothing_and_predicts(tree):
+def test_module_check_mode_writes_nothing_and_predicts(nvp, tree):
     boot_in(tree, "agx_r35", mode_id=0)
     before = snapshot(tree)
     calls = []
-    live = run_module(tree, "MODE_50W", check_mode=True, calls=calls)
+    live = run_module(nvp, tree, "MODE_50W", check_mode=True, calls=calls)
     assert live["changed"] is True and live["reboot_required"] is False
-    deferred = run_module(tree, "MODE_15W", check_mode=True, calls=calls)
+    deferred = run_module(nvp, tree, "MODE_15W", check_mode=True, calls=calls)
     assert deferred["changed"] is True and deferred["reboot_required"] is True
     assert snapshot(tree) == before
     assert all("-m" not in argv for argv, _ in calls)
 
 
 @pytest.mark.controller
-def test_module_unknown_name_lists_valid_names_and_runs_nothing(tree):
+def test_module_unknown_name_lists_valid_names_and_runs_nothing(nvp, tree):
     make_tree(tree, "agx_r35")
     params = module_params(tree, "MAXN_SUPER", conf=str(tree / "etc/nvpmodel.conf"))
-    with pytest.raises(edge_nvpmodel.ModuleFailure) as failure:
-        edge_nvpmodel.run_module(params, check_mode=False, want_diff=False,
+    with pytest.raises(nvp.ModuleFailure) as failure:
+        nvp.run_module(params, check_mode=False, want_diff=False,
                                  run_command=never_run, find_command=lambda *a, **k: None)
     assert "MAXN, MODE_15W, MODE_30W, MODE_50W" in str(failure.value)
     assert failure.value.details["valid_modes"] == ["MAXN", "MODE_15W", "MODE_30W", "MODE_50W"]
 
 
 @pytest.mark.controller
-def test_module_reboot_needed_path_is_pending_then_applied_at_boot(tree):
+def test_module_reboot_needed_path_is_pending_then_applied_at_boot(nvp, tree):
     boot_in(tree, "agx_r35")  # MODE_30W: cpu8-11 offline, TPC mask 240
     calls = []
-    result = run_module(tree, "MAXN", calls=calls)
+    result = run_module(nvp, tree, "MAXN", calls=calls)
     assert result["changed"] is True and result["reboot_required"] is True
     assert "NVPM WARN: Reboot required for changing to this power mode: 0" in result["nvpmodel_output"]
     # nvpmodel was answered NO on stdin: it never waited and never rebooted.
@@ -551,30 +554,30 @@ def test_module_reboot_needed_path_is_pending_then_applied_at_boot(tree):
     assert get(tree, "/var/lib/nvpmodel/status") == "pmode:0000 fmode:fanNull"
     assert online(tree, 8) == "0" and cpu_max(tree, 0) == 1728000
     assert any("CPU_ONLINE CORE_8" in item for item in result["pending_settings"])
-    again = run_module(tree, "MAXN")
+    again = run_module(nvp, tree, "MAXN")
     assert again["changed"] is False and again["reboot_required"] is True
     reboot(tree, "agx_r35")
     assert [online(tree, c) for c in range(12)] == ["1"] * 12
     assert [cpu_max(tree, p) for p in (0, 4, 8)] == [2201600] * 3
-    settled = run_module(tree, "MAXN")
+    settled = run_module(nvp, tree, "MAXN")
     assert settled["changed"] is False and settled["reboot_required"] is False
     assert settled["pending_settings"] == []
 
 
 @pytest.mark.controller
-def test_module_finds_ids_by_name_per_module(tree):
+def test_module_finds_ids_by_name_per_module(nvp, tree):
     boot_in(tree, "nano_super_r36")  # DEFAULT 25W (ID 1)
-    result = run_module(tree, "MAXN_SUPER")
+    result = run_module(nvp, tree, "MAXN_SUPER")
     assert result["mode_id"] == 2 and result["reboot_required"] is False
     assert cpu_max(tree, 0) == cpu_max(tree, 4) == 1728000
     assert get(tree, "/var/lib/nvpmodel/status").startswith("pmode:0002")
 
 
 @pytest.mark.controller
-def test_module_passes_non_default_conf_and_status_paths(tree):
+def test_module_passes_non_default_conf_and_status_paths(nvp, tree):
     boot_in(tree, "nx_super_r36")
     calls = []
-    run_module(tree, "25W", calls=calls)
+    run_module(nvp, tree, "25W", calls=calls)
     conf, status = str(tree / "etc/nvpmodel.conf"), str(tree / "var/lib/nvpmodel/status")
     assert all(argv[-4:] == ["-f", conf, "-u", status] for argv, _ in calls)
     assert [argv[1:3] for argv, _ in calls] == [["-q", "--verbose"], ["-m", "3"], ["-q", "--verbose"]]
@@ -597,49 +600,49 @@ def fake_runner(script):
     ([(255, "")], "failed with rc=255"),
     ([(0, "garbage\n")], "cannot read the current mode"),
 ])
-def test_module_failures_are_reported_not_raised(tree, replies, message):
+def test_module_failures_are_reported_not_raised(nvp, tree, replies, message):
     make_tree(tree, "agx_r35")
     params = module_params(tree, "MODE_50W", conf=str(tree / "etc/nvpmodel.conf"))
-    with pytest.raises(edge_nvpmodel.ModuleFailure, match=message):
-        edge_nvpmodel.run_module(params, check_mode=False, want_diff=False,
+    with pytest.raises(nvp.ModuleFailure, match=message):
+        nvp.run_module(params, check_mode=False, want_diff=False,
                                  run_command=fake_runner(replies), find_command=lambda *a, **k: None)
 
 
 @pytest.mark.controller
-def test_module_bad_conf_fails_cleanly(tree):
+def test_module_bad_conf_fails_cleanly(nvp, tree):
     make_tree(tree, "agx_r35")
     (tree / "etc/nvpmodel.conf").write_text("< POWER_MODEL ID=0 NAME=X >\n")
     params = module_params(tree, "X", conf=str(tree / "etc/nvpmodel.conf"))
-    with pytest.raises(edge_nvpmodel.ModuleFailure, match="PM_CONFIG"):
-        edge_nvpmodel.run_module(params, False, False, never_run, lambda *a, **k: None)
+    with pytest.raises(nvp.ModuleFailure, match="PM_CONFIG"):
+        nvp.run_module(params, False, False, never_run, lambda *a, **k: None)
     params["conf"] = str(tree / "etc/missing.conf")
-    with pytest.raises(edge_nvpmodel.ModuleFailure, match="cannot read"):
-        edge_nvpmodel.run_module(params, False, False, never_run, lambda *a, **k: None)
+    with pytest.raises(nvp.ModuleFailure, match="cannot read"):
+        nvp.run_module(params, False, False, never_run, lambda *a, **k: None)
 
 
-def run_main(args, capsys):
+def run_main(nvp, args, capsys):
     from ansible.module_utils.testing import patch_module_args
     with patch_module_args(args):
         with pytest.raises(SystemExit):
-            edge_nvpmodel.main()
+            nvp.main()
     return json.loads(capsys.readouterr().out)
 
 
 @pytest.mark.controller
-def test_main_fails_with_json_not_a_traceback(tree, capsys):
+def test_main_fails_with_json_not_a_traceback(nvp, tree, capsys):
     make_tree(tree, "agx_r35")
-    result = run_main({"mode": "NOPE", "conf": str(tree / "etc/nvpmodel.conf"),
+    result = run_main(nvp, {"mode": "NOPE", "conf": str(tree / "etc/nvpmodel.conf"),
                        "nvpmodel_path": str(SIM)}, capsys)
     assert result["failed"] is True
     assert "unknown nvpmodel mode 'NOPE'" in result["msg"]
 
 
 @pytest.mark.controller
-def test_main_check_mode_through_ansible(tree, capsys, monkeypatch):
+def test_main_check_mode_through_ansible(nvp, tree, capsys, monkeypatch):
     boot_in(tree, "agx_r35")
     monkeypatch.setenv("EDGETUNE_TWIN_ROOT", str(tree))
     before = snapshot(tree)
-    result = run_main({"mode": "MODE_15W", "conf": str(tree / "etc/nvpmodel.conf"),
+    result = run_main(nvp, {"mode": "MODE_15W", "conf": str(tree / "etc/nvpmodel.conf"),
                        "status_file": str(tree / "var/lib/nvpmodel/status"),
                        "nvpmodel_path": str(SIM), "_ansible_check_mode": True, "_ansible_diff": True},
                       capsys)
