@@ -104,7 +104,8 @@ options:
   fail_on_missing:
     description:
       - Fail when a policy, CPU or node is not on this board (the message lists the ones it
-        has). With V(false) such items are left out and listed in RV(skipped).
+        has), or when a policy is inactive because all its CPUs are offline (AGX Orin MODE_30W
+        takes cpu8-11 offline). With V(false) such items are left out and listed in RV(skipped).
     type: bool
     default: true
 attributes:
@@ -328,6 +329,14 @@ def select_targets(root, cpufreq, devfreq, fail_on_missing):
         if number not in policies:
             missing(dvfs.CPUFREQ, "policy%d" % number, "policy%d not found; present: %s"
                     % (number, dvfs.describe_policies(root)))
+            continue
+        try:
+            inactive = dvfs.inactive_reason(root, number, policies[number])
+        except OSError as exc:
+            errors.append("policy%d: %s" % (number, exc))
+            continue
+        if inactive:
+            missing(dvfs.CPUFREQ, "policy%d" % number, inactive)
             continue
         desired = _wanted(entry, ("governor", "min_freq", "max_freq"))
         targets.append(Target(dvfs.CPUFREQ, "policy%d" % number, number, policies[number], desired))

@@ -132,14 +132,45 @@ def list_devfreq(root):
             if os.path.isdir(os.path.join(base, name))}
 
 
+def _related_cpus(directory):
+    """The policy's CPUs, or None when the kernel does not tell (inactive policy)."""
+    try:
+        related = _read_optional(os.path.join(directory, "related_cpus"))
+        return parse_cpulist(related) if related else None
+    except (OSError, ValueError):
+        return None
+
+
 def describe_policies(root):
     """'policy0 (cpus 0-3), policy4 (cpus 4-7)' for error messages."""
     parts = []
     for number, directory in sorted(list_policies(root).items()):
-        related = _read_optional(os.path.join(directory, "related_cpus"))
-        cpus = format_cpulist(parse_cpulist(related)) if related else "?"
-        parts.append("policy%d (cpus %s)" % (number, cpus))
+        cpus = _related_cpus(directory)
+        parts.append("policy%d (cpus %s)" % (number, format_cpulist(cpus) if cpus else "?"))
     return ", ".join(parts) or "none"
+
+
+def inactive_reason(root, number, directory):
+    """Why a present policy cannot be managed now, or None when it can.
+
+    When every CPU of a cluster is offline (AGX Orin MODE_30W takes cpu8-11
+    offline) the policy directory stays but the kernel answers EBUSY.
+    """
+    cpus = _related_cpus(directory)
+    if cpus:
+        online = []
+        for cpu in cpus:
+            state = _read_optional(under(root, "%s/cpu%d/online" % (CPU_DIR, cpu)))
+            online.append(state != "0")  # cpu0 often has no online file: always online
+        if not any(online):
+            return "policy%d is inactive: its cpus %s are offline" % (number, format_cpulist(cpus))
+    try:
+        read_sysfs(os.path.join(directory, FILES[CPUFREQ]["governor"]))
+    except OSError as exc:
+        if exc.errno == errno.EBUSY:
+            return "policy%d is inactive (the kernel answers EBUSY): its cpus are offline" % number
+        raise
+    return None
 
 
 def policy_for_cpu(root, cpu):
@@ -154,8 +185,7 @@ def policy_for_cpu(root, cpu):
         if match:
             return int(match.group(1))
     for number, directory in sorted(list_policies(root).items()):
-        related = _read_optional(os.path.join(directory, "related_cpus"))
-        if related and cpu in parse_cpulist(related):
+        if cpu in (_related_cpus(directory) or ()):
             return number
     raise LookupError("cpu%d has no cpufreq policy on this board; present: %s"
                       % (cpu, describe_policies(root)))

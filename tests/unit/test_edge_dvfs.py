@@ -396,6 +396,39 @@ def test_missing_items_are_skipped_when_allowed(nx, capsys):
     assert value(policy_file(nx, 4, "scaling_governor")) == "performance"
 
 
+def test_policy_with_all_cpus_offline_is_inactive(agx, capsys):
+    # AGX Orin MODE_30W: cpu8-11 offline, policy8 still listed.
+    for cpu in range(8, 12):
+        _write(agx / ("sys/devices/system/cpu/cpu%d/online" % cpu), "0")
+    args = {"sysfs_root": str(agx), "cpufreq": [{"policy": 8, "governor": "performance"},
+                                                {"policy": 0, "governor": "performance"}]}
+    before = snapshot(agx)
+    result = run_module(args, capsys)
+    assert result["msg"] == "policy8 is inactive: its cpus 8-11 are offline"
+    assert snapshot(agx) == before
+    result = run_module(dict(args, fail_on_missing=False), capsys)
+    assert result["changed"] is True
+    assert result["skipped"][0]["name"] == "policy8"
+    assert value(policy_file(agx, 0, "scaling_governor")) == "performance"
+
+
+def test_policy_answering_ebusy_is_inactive(agx, monkeypatch, capsys):
+    real_read = dvfs.read_sysfs
+
+    def read(path):
+        if "/policy8/" in path:
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        return real_read(path)
+
+    monkeypatch.setattr(dvfs, "read_sysfs", read)
+    result = run_module({"sysfs_root": str(agx), "cpufreq": [{"policy": 8, "governor": "performance"},
+                                                             {"policy": 12}]}, capsys)
+    assert result["errors"] == [
+        "policy8 is inactive (the kernel answers EBUSY): its cpus are offline",
+        "policy12 not found; present: policy0 (cpus 0-3), policy4 (cpus 4-7), policy8 (cpus ?)",
+    ]
+
+
 # --------------------------------------------------------------------------
 # Frequency snapping
 
