@@ -217,6 +217,7 @@ import os  # noqa: E402
 from collections import namedtuple  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.edge_board import detect_bootloader as board_bootloader  # noqa: E402
 from ansible.module_utils.edge_cmdline import (  # noqa: E402
     args_satisfied,
     extlinux_fallback_label,
@@ -236,9 +237,7 @@ EXTLINUX_PATH = "/boot/extlinux/extlinux.conf"
 ARMBIAN_PATH = "/boot/armbianEnv.txt"
 KERNEL_CMDLINE_PATH = "/etc/kernel/cmdline"
 UBOOT_DEFAULT_PATH = "/etc/default/u-boot"
-GRUB_PATH = "/etc/default/grub"
 GRUB_DROPIN_PATH = "/etc/default/grub.d/99-edgetune.cfg"
-NV_TEGRA_RELEASE = "/etc/nv_tegra_release"
 
 # One file's plan: its text now (None: missing), the planned text, and the
 # command line the next boot gets from it.
@@ -259,27 +258,11 @@ def _under(root, path):
 
 def detect_bootloader(find_command, root="/"):
     """Name the boot configuration in use; ValueError listing what was looked for."""
-
-    def exists(path):
-        return os.path.exists(_under(root, path))
-
-    if exists(NV_TEGRA_RELEASE) and exists(EXTLINUX_PATH):
-        return "extlinux"
-    if exists(ARMBIAN_PATH):
-        return "armbian"
-    if (exists(KERNEL_CMDLINE_PATH) or exists(UBOOT_DEFAULT_PATH)) and find_command("u-boot-update"):
-        return "uboot_menu"
-    if exists(GRUB_PATH) and (find_command("update-grub") or find_command("grub-mkconfig")):
-        return "grub"
-    if exists(EXTLINUX_PATH):
-        return "extlinux"
-    raise ValueError(
-        "cannot detect the bootloader; looked for "
-        f"{NV_TEGRA_RELEASE} with {EXTLINUX_PATH}, {ARMBIAN_PATH}, "
-        f"{KERNEL_CMDLINE_PATH} or {UBOOT_DEFAULT_PATH} with u-boot-update, "
-        f"{GRUB_PATH} with update-grub or grub-mkconfig, and {EXTLINUX_PATH}; "
-        "set the bootloader option"
-    )
+    name, found = board_bootloader(root, find_command)
+    if name is None:
+        raise ValueError("cannot detect the bootloader; looked for %s; set the bootloader option"
+                         % ", ".join(found))
+    return name
 
 
 def default_path(bootloader, root="/"):
