@@ -1,0 +1,94 @@
+"""CPU partitioning filters: housekeeping vs inference CPUs (controller side).
+
+The CPU-list code is the modules' own (module_utils/edge_cpulist.py), loaded
+by path: Ansible does not put custom module_utils on the controller's import
+path for filter plugins.
+"""
+import importlib.util
+import os
+
+from ansible.errors import AnsibleFilterError
+
+DOCUMENTATION = r"""
+name: edge_cpu_partition
+short_description: Split a board's CPUs into housekeeping and inference sets
+description:
+  - From the edge facts and board profile, and the inventory's intent, returns the
+    inference (isolated) and housekeeping CPU sets, validated.
+  - C(auto) isolates the profile's C(inference_clusters) and keeps every other CPU for housekeeping.
+  - Fails with one clear message on CPUs that do not exist or are offline, an empty or
+    overlapping housekeeping set, or cpu0 isolated without C(allow_cpu0).
+positional: _input, profile, isolate, housekeeping, allow_cpu0
+options:
+  _input: {description: The C(edge) fact tree (edge_facts), type: dict, required: true}
+  profile: {description: The matched board profile, type: dict, required: true}
+  isolate: {description: C(auto), C(none) or a CPU list such as C(4-7), type: str, required: true}
+  housekeeping: {description: C(auto) (all CPUs not isolated) or a CPU list, type: str, required: true}
+  allow_cpu0: {description: Allow cpu0 in the inference set, type: bool, default: false}
+"""
+
+
+def _load_cpulist():
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, "..", "..", "module_utils", "edge_cpulist.py")
+    spec = importlib.util.spec_from_file_location("edge_cpulist", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+cpulist = _load_cpulist()
+
+
+def _parse(value, what):
+    try:
+        return cpulist.parse_cpulist(str(value))
+    except ValueError as exc:
+        raise AnsibleFilterError("%s: %s" % (what, exc)) from None
+
+
+def edge_cpu_partition(facts, profile, isolate, housekeeping, allow_cpu0=False):
+    online = facts["cpu"]["online"]
+    present = facts["cpu"]["present"] or online
+    isolate, housekeeping = str(isolate).strip(), str(housekeeping).strip()
+    if isolate == "auto":
+        clusters = profile.get("clusters") or []
+        inference = sorted(c for i in profile.get("inference_clusters") or [] for c in clusters[i])
+    elif isolate in ("none", ""):
+        inference = []
+    else:
+        inference = _parse(isolate, "edge_bootargs_isolate")
+    if housekeeping == "auto":
+        keep = [c for c in online if c not in inference]
+    else:
+        keep = _parse(housekeeping, "edge_bootargs_housekeeping")
+
+    for name, cpus in (("inference", inference), ("housekeeping", keep)):
+        missing = [c for c in cpus if c not in present]
+        if missing:
+            raise AnsibleFilterError("%s CPUs %s do not exist on this board (CPUs %s)" % (
+                name, cpulist.format_cpulist(missing), cpulist.format_cpulist(present)))
+        offline = [c for c in cpus if c not in online]
+        if offline:
+            raise AnsibleFilterError("%s CPUs %s are offline (online: %s); bring them online or choose others" % (
+                name, cpulist.format_cpulist(offline), cpulist.format_cpulist(online)))
+    if not keep:
+        raise AnsibleFilterError("the housekeeping set is empty: keep at least one CPU for the system")
+    overlap = sorted(set(keep) & set(inference))
+    if overlap:
+        raise AnsibleFilterError("CPUs %s are in both the inference and the housekeeping set" %
+                                 cpulist.format_cpulist(overlap))
+    if 0 in inference and not allow_cpu0:
+        raise AnsibleFilterError("cpu0 handles boot-time and unmovable work; keep it for housekeeping "
+                                 "or set edge_bootargs_allow_cpu0: true")
+    return {
+        "inference": inference,
+        "housekeeping": keep,
+        "inference_list": cpulist.format_cpulist(inference),
+        "housekeeping_list": cpulist.format_cpulist(keep),
+    }
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"edge_cpu_partition": edge_cpu_partition}
