@@ -3,11 +3,18 @@
 Exit codes: 0 clean, 1 findings (e.g. drift), 2 usage or environment error.
 """
 import argparse
+import importlib
 import json
 import sys
 import time
 
+from edgetune.errors import UsageError
 from edgetune.twin import manager
+
+# Each tool module adds its own subcommand: add_parser(subparsers) registers
+# it with set_defaults(func=...); the function returns the exit code and
+# raises edgetune.errors.UsageError for one-line usage/environment errors.
+TOOL_MODULES = []
 
 DEFAULT_FLEET = "orin-nx-16gb-r36:1,agx-orin-64gb-r35:1,rock5b-rk3588:1"
 
@@ -105,6 +112,8 @@ def build_parser():
     p = twin_sub.add_parser("rm", help="remove twins by name (used by molecule)")
     p.add_argument("names", nargs="+")
     p.set_defaults(func=cmd_twin_rm)
+    for name in TOOL_MODULES:
+        importlib.import_module(name).add_parser(sub)
     return parser
 
 
@@ -112,7 +121,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except manager.TwinError as exc:
+    except (manager.TwinError, UsageError) as exc:
         print("edgetune: error: %s" % exc, file=sys.stderr)
         return 2
     except KeyboardInterrupt:
