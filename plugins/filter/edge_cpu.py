@@ -16,8 +16,9 @@ description:
   - From the edge facts and board profile, and the inventory's intent, returns the
     inference (isolated) and housekeeping CPU sets, validated.
   - C(auto) isolates the profile's C(inference_clusters) and keeps every other CPU for housekeeping.
-  - Fails with one clear message on CPUs that do not exist or are offline, an empty or
-    overlapping housekeeping set, or cpu0 isolated without C(allow_cpu0).
+  - Fails with one clear message on CPUs that do not exist, an empty or
+    overlapping housekeeping set, offline housekeeping CPUs, or cpu0 isolated without C(allow_cpu0).
+  - Isolated CPUs may be offline (they are isolated when they come online); they are listed in C(offline_inference).
 positional: _input, profile, isolate, housekeeping, allow_cpu0
 options:
   _input: {description: The C(edge) fact tree (edge_facts), type: dict, required: true}
@@ -68,10 +69,13 @@ def edge_cpu_partition(facts, profile, isolate, housekeeping, allow_cpu0=False):
         if missing:
             raise AnsibleFilterError("%s CPUs %s do not exist on this board (CPUs %s)" % (
                 name, cpulist.format_cpulist(missing), cpulist.format_cpulist(present)))
-        offline = [c for c in cpus if c not in online]
-        if offline:
-            raise AnsibleFilterError("%s CPUs %s are offline (online: %s); bring them online or choose others" % (
-                name, cpulist.format_cpulist(offline), cpulist.format_cpulist(online)))
+    # Housekeeping work needs CPUs that are running now.  Isolated CPUs may be
+    # offline (AGX Orin's MODE_30W takes cpu8-11 offline): isolcpus applies
+    # when they come online, e.g. after a switch to MAXN.
+    offline = [c for c in keep if c not in online]
+    if offline:
+        raise AnsibleFilterError("housekeeping CPUs %s are offline (online: %s); bring them online or choose others" % (
+            cpulist.format_cpulist(offline), cpulist.format_cpulist(online)))
     if not keep:
         raise AnsibleFilterError("the housekeeping set is empty: keep at least one CPU for the system")
     overlap = sorted(set(keep) & set(inference))
@@ -86,6 +90,7 @@ def edge_cpu_partition(facts, profile, isolate, housekeeping, allow_cpu0=False):
         "housekeeping": keep,
         "inference_list": cpulist.format_cpulist(inference),
         "housekeeping_list": cpulist.format_cpulist(keep),
+        "offline_inference": [c for c in inference if c not in online],
     }
 
 

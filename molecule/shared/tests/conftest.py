@@ -12,12 +12,19 @@ import pytest
 EXPECTED = {
     "orin-nx-16gb-r36": {"model": "NVIDIA Jetson Orin NX Engineering Reference Developer Kit",
                          "profile": "NVIDIA Jetson Orin NX 16GB", "release": "L4T 36.4.3",
-                         "clusters": ["0-3", "4-7"], "bootloader": "/boot/extlinux/extlinux.conf"},
+                         "clusters": ["0-3", "4-7"], "bootloader": "/boot/extlinux/extlinux.conf",
+                         "bootargs": ["isolcpus=managed_irq,domain,4-7", "nohz_full=4-7", "rcu_nocbs=4-7",
+                                      "irqaffinity=0-3"], "isolated": "4-7"},
     "agx-orin-64gb-r35": {"model": "Jetson AGX Orin Developer Kit",
                           "profile": "NVIDIA Jetson AGX Orin 64GB", "release": "L4T 35.6.0",
-                          "clusters": ["0-3", "4-7", "8-11"], "bootloader": "/boot/extlinux/extlinux.conf"},
+                          "clusters": ["0-3", "4-7", "8-11"], "bootloader": "/boot/extlinux/extlinux.conf",
+                          # r35 boots hybrid cgroups by default: the role adds the v2 switch.
+                          "bootargs": ["isolcpus=managed_irq,domain,4-11", "nohz_full=4-11", "rcu_nocbs=4-11",
+                                       "irqaffinity=0-3", "systemd.unified_cgroup_hierarchy=1"], "isolated": "4-11"},
     "rock5b-rk3588": {"model": "Radxa ROCK 5B", "profile": "Rockchip RK3588", "release": "armbian 25.8.1",
-                      "clusters": ["0-3", "4-5", "6-7"], "bootloader": "/boot/armbianEnv.txt"},
+                      "clusters": ["0-3", "4-5", "6-7"], "bootloader": "/boot/armbianEnv.txt",
+                      "bootargs": ["isolcpus=managed_irq,domain,4-7", "nohz_full=4-7", "rcu_nocbs=4-7",
+                                   "irqaffinity=0-3"], "isolated": "4-7"},
 }
 
 
@@ -47,3 +54,22 @@ def recap(output, name):
                       output, re.M)
     assert match, output[-3000:]
     return dict(zip(("ok", "changed", "unreachable", "failed"), map(int, match.groups())))
+
+
+def reboot_twin(host, timeout=90):
+    """Reboot the twin as a user would and wait until it is back; returns the new boot id."""
+    import subprocess
+    import time
+    name = host.backend.host
+    before = host.check_output("cat /proc/sys/kernel/random/boot_id")
+    subprocess.run(["docker", "exec", name, "systemctl", "reboot"], check=False)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        time.sleep(1)
+        probe = subprocess.run(["docker", "exec", name, "sh", "-c",
+                                "cat /proc/sys/kernel/random/boot_id && systemctl is-system-running"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=False)
+        lines = probe.stdout.split()
+        if len(lines) == 2 and lines[0] != before and lines[1] in ("running", "degraded"):
+            return lines[0]
+    raise AssertionError("twin %s did not come back from reboot within %d s" % (name, timeout))

@@ -1,0 +1,69 @@
+"""Boot arguments: in the boot file, running after the one reboot, safe to change."""
+from conftest import recap, run_site
+
+
+def boot_tokens(host, expected):
+    """The arguments the board's boot file gives the next boot."""
+    if expected["bootloader"].endswith("extlinux.conf"):
+        text = host.file(expected["bootloader"]).content_string
+        default = next(line.split()[1] for line in text.splitlines() if line.startswith("DEFAULT"))
+        block = text.split("LABEL %s\n" % default, 1)[1]
+        return next(line.split(None, 1)[1] for line in block.splitlines() if line.strip().startswith("APPEND")).split()
+    env = dict(line.split("=", 1) for line in host.file(expected["bootloader"]).content_string.splitlines()
+               if "=" in line)
+    return env["extraargs"].split()
+
+
+def test_args_are_in_the_boot_file_and_running(host, expected):
+    persisted = boot_tokens(host, expected)
+    running = host.file("/proc/cmdline").content_string.split()
+    for arg in expected["bootargs"]:
+        assert arg in persisted
+        assert arg in running
+    assert host.file("/sys/devices/system/cpu/isolated").content_string.strip() == expected["isolated"]
+
+
+def test_vendor_arguments_and_cbootargs_kept(host, expected):
+    persisted = boot_tokens(host, expected)
+    if expected["bootloader"].endswith("extlinux.conf"):
+        assert persisted[0] == "${cbootargs}"
+        assert persisted[1].startswith("root=PARTUUID=") and "console=ttyTCU0,115200" in persisted
+    else:
+        assert persisted[0] == "cma=256M"
+
+
+def test_extlinux_keeps_a_fallback_entry_with_the_previous_arguments(host, expected):
+    if not expected["bootloader"].endswith("extlinux.conf"):
+        return
+    text = host.file(expected["bootloader"]).content_string
+    assert text.startswith("TIMEOUT 30\nDEFAULT primary\n")
+    fallback = text.split("LABEL edgetune-fallback\n", 1)[1].split("\n\n", 1)[0]
+    append = next(line for line in fallback.splitlines() if line.strip().startswith("APPEND")).split()
+    assert append[1].startswith("root=PARTUUID=")
+    assert not [arg for arg in expected["bootargs"] if arg in append]
+    assert "# LABEL backup" in text  # NVIDIA's commented block is left as it was
+
+
+def test_pending_reboot_with_policy_never_then_dropped_args_removed(host, expected):
+    """A new argument is persisted but reported pending under policy never;
+    dropping it from the intent removes it again (and only it)."""
+    result = run_site(host, "-e", "edge_reboot_policy=never", "-e", '{"edge_bootargs_extra": ["nosoftlockup"]}')
+    assert recap(result.stdout, host.backend.host)["failed"] == 0, result.stdout[-3000:]
+    assert "Reboot pending (edge_reboot_policy is never)" in result.stdout
+    assert "nosoftlockup" in boot_tokens(host, expected)
+    assert "nosoftlockup" not in host.file("/proc/cmdline").content_string.split()
+
+    result = run_site(host)  # back to the inventory's intent; policy auto reboots once
+    assert recap(result.stdout, host.backend.host)["failed"] == 0, result.stdout[-3000:]
+    persisted = boot_tokens(host, expected)
+    assert "nosoftlockup" not in persisted
+    for arg in expected["bootargs"]:
+        assert arg in persisted and arg in host.file("/proc/cmdline").content_string.split()
+
+
+def test_bad_cpu_set_fails_clearly_and_leaves_the_boot_file(host, expected):
+    before = host.file(expected["bootloader"]).content_string
+    result = run_site(host, "-e", "edge_bootargs_isolate=6-19")
+    assert recap(result.stdout, host.backend.host)["failed"] == 1
+    assert "do not exist on this board" in result.stdout
+    assert host.file(expected["bootloader"]).content_string == before
