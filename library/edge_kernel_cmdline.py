@@ -212,36 +212,24 @@ diff:
 """
 
 # Ansible modules keep DOCUMENTATION first, hence the E402 waivers.
-import glob  # noqa: E402
 import os  # noqa: E402
-from collections import namedtuple  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.edge_board import detect_bootloader as board_bootloader  # noqa: E402
+from ansible.module_utils.edge_bootfile import (  # noqa: E402
+    BOOTLOADERS,
+    _read,
+    default_path,
+    detect_bootloader,
+    plan_files,
+)
 from ansible.module_utils.edge_cmdline import (  # noqa: E402
     args_satisfied,
     extlinux_fallback_label,
     pending_changes,
-    plan_armbian,
-    plan_extlinux,
-    plan_grub,
-    plan_kernel_cmdline,
-    plan_uboot_default,
     split_cmdline,
     validate_args,
 )
-from ansible.module_utils.edge_fileio import atomic_write, read_text  # noqa: E402
-
-BOOTLOADERS = ("extlinux", "armbian", "uboot_menu", "grub")
-EXTLINUX_PATH = "/boot/extlinux/extlinux.conf"
-ARMBIAN_PATH = "/boot/armbianEnv.txt"
-KERNEL_CMDLINE_PATH = "/etc/kernel/cmdline"
-UBOOT_DEFAULT_PATH = "/etc/default/u-boot"
-GRUB_DROPIN_PATH = "/etc/default/grub.d/99-edgetune.cfg"
-
-# One file's plan: its text now (None: missing), the planned text, and the
-# command line the next boot gets from it.
-FilePlan = namedtuple("FilePlan", "path before after persisted")
+from ansible.module_utils.edge_fileio import atomic_write  # noqa: E402
 
 
 class ModuleFailure(Exception):
@@ -250,85 +238,6 @@ class ModuleFailure(Exception):
     def __init__(self, msg, **details):
         super().__init__(msg)
         self.details = details
-
-
-def _under(root, path):
-    return os.path.join(root, path.lstrip("/"))
-
-
-def detect_bootloader(find_command, root="/"):
-    """Name the boot configuration in use; ValueError listing what was looked for."""
-    name, found = board_bootloader(root, find_command)
-    if name is None:
-        raise ValueError("cannot detect the bootloader; looked for %s; set the bootloader option"
-                         % ", ".join(found))
-    return name
-
-
-def default_path(bootloader, root="/"):
-    if bootloader == "extlinux":
-        return _under(root, EXTLINUX_PATH)
-    if bootloader == "armbian":
-        return _under(root, ARMBIAN_PATH)
-    if bootloader == "uboot_menu":
-        cmdline = _under(root, KERNEL_CMDLINE_PATH)
-        return cmdline if os.path.exists(cmdline) else _under(root, UBOOT_DEFAULT_PATH)
-    return _under(root, GRUB_DROPIN_PATH)
-
-
-def _read(path, missing_ok=False):
-    try:
-        return read_text(path)
-    except OSError as exc:
-        if missing_ok and not os.path.exists(path):
-            return None
-        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from exc
-
-
-def _plan_one(path, planner, *planner_args, **planner_kwargs):
-    """Run a planner, prefixing its refusal with the file name."""
-    try:
-        return planner(*planner_args, **planner_kwargs)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"{path}: {exc}") from exc
-
-
-def plan_files(bootloader, path, args, absent, extra_paths=(), fallback=True):
-    """Plan every file; any refusal raises ValueError before anything is written."""
-    plans = []
-    if bootloader == "extlinux":
-        for one_path in [path] + list(extra_paths):
-            text = _read(one_path)
-            after, persisted = _plan_one(
-                one_path, plan_extlinux, text, args, absent, fallback=fallback)
-            plans.append(FilePlan(one_path, text, after, persisted))
-    elif bootloader == "armbian":
-        text = _read(path)
-        after, persisted = _plan_one(path, plan_armbian, text, args, absent)
-        plans.append(FilePlan(path, text, after, persisted))
-    elif bootloader == "uboot_menu":
-        text = _read(path)
-        if os.path.basename(path) == "u-boot":
-            after, persisted = _plan_one(path, plan_uboot_default, text, args, absent, path)
-        else:
-            after, persisted = _plan_one(path, plan_kernel_cmdline, text, args, absent)
-        plans.append(FilePlan(path, text, after, persisted))
-    elif bootloader == "grub":
-        dropin_dir = os.path.dirname(path)
-        grub_path = os.path.join(os.path.dirname(dropin_dir), "grub")
-        grub_text = _read(grub_path)
-        dropins = {}
-        for other in glob.glob(os.path.join(glob.escape(dropin_dir), "*.cfg")):
-            if os.path.abspath(other) != os.path.abspath(path):
-                dropins[os.path.join(dropin_dir, os.path.basename(other))] = _read(other)
-        text = _read(path, missing_ok=True)
-        after, persisted = _plan_one(
-            path, plan_grub, text, args, absent, grub_text, dropins,
-            grub_name=grub_path, dropin_name=path)
-        plans.append(FilePlan(path, text, after, persisted))
-    else:
-        raise ValueError(f"unknown bootloader {bootloader!r}; use one of {', '.join(BOOTLOADERS)}")
-    return plans
 
 
 def default_update_command(bootloader, find_command):
