@@ -1,0 +1,142 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module edge_audit, and the on-device drift audit command."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: edge_audit
+short_description: Classify every managed setting as ok, drifted, pending-reboot or unsupported
+description:
+  - Evaluates, in one pass on the device, the checks that the edgetune roles render on the
+    controller from the same desired state they apply, and reports for each setting its desired,
+    persisted and running values and its state.
+  - A boot-only setting that is in the boot file but not yet running is C(pending-reboot), not drift.
+  - Never writes the device, except the optional Prometheus textfile.
+  - Also runs without Ansible, for a systemd timer on devices no controller reaches
+    (C(python3 edge_audit.py --checks FILE --prometheus FILE)), with the module_utils it needs
+    installed beside it as C(ansible/module_utils/).
+version_added: "0.1.0"
+author: edgetune
+options:
+  checks:
+    description: The checks (see module_utils/edge_audit.py for the kinds and their keys).
+    type: list
+    elements: dict
+    required: true
+  root:
+    description: Root of the tree to read, for tests on fixture trees.
+    type: path
+    default: /
+  prometheus_file:
+    description: Also write the results as a node_exporter textfile here (atomically).
+    type: path
+  host:
+    description: Host label for the Prometheus lines.
+    type: str
+    default: localhost
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+"""
+
+EXAMPLES = r"""
+- name: Audit the boot arguments
+  edge_audit:
+    checks:
+      - setting: bootargs
+        role: edge_bootargs
+        kind: cmdline
+        bootloader: extlinux
+        path: /boot/extlinux/extlinux.conf
+        args: [isolcpus=managed_irq,domain,4-7]
+        absent: []
+  register: audit
+"""
+
+RETURN = r"""
+results:
+  description: One entry per check.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    setting: {description: Setting name, type: str}
+    role: {description: Role that manages it, type: str}
+    state: {description: "ok, drifted, pending-reboot, unsupported or error", type: str}
+    detail: {description: What differs, type: str}
+    desired: {description: Desired value, type: raw}
+    persisted: {description: Persisted value where there is one, type: raw}
+    running: {description: Running value where there is one, type: raw}
+summary:
+  description: Count of results per state.
+  returned: always
+  type: dict
+"""
+
+import os  # noqa: E402
+import sys  # noqa: E402
+
+if __name__ == "__main__" and "--checks" in sys.argv:
+    # On-device command: the module_utils are installed beside this file.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from ansible.module_utils.edge_audit import audit, prometheus_text  # noqa: E402
+from ansible.module_utils.edge_fileio import atomic_write  # noqa: E402
+
+
+def cli(argv):
+    import argparse
+    import json
+    import socket
+    parser = argparse.ArgumentParser(prog="edge_audit", description="edgetune drift audit on the device")
+    parser.add_argument("--checks", required=True, help="JSON file of checks written by playbooks/audit.yml")
+    parser.add_argument("--prometheus", help="write a node_exporter textfile here")
+    parser.add_argument("--root", default="/")
+    args = parser.parse_args(argv)
+    try:
+        with open(args.checks) as handle:
+            checks = json.load(handle)["checks"]
+    except (OSError, ValueError, KeyError) as exc:
+        sys.stderr.write("edge_audit: error: cannot read checks from %s: %s\n" % (args.checks, exc))
+        return 2
+    results, summary = audit(checks, args.root)
+    for result in results:
+        print("%-16s %-40s %s" % (result["state"], result["setting"], result["detail"]))
+    if args.prometheus:
+        atomic_write(args.prometheus, prometheus_text(socket.gethostname(), results), backup=False, mode=0o644)
+    return 0 if summary["drifted"] == summary["error"] == 0 else 1
+
+
+def main():
+    from ansible.module_utils.basic import AnsibleModule
+    module = AnsibleModule(
+        argument_spec={
+            "checks": {"type": "list", "elements": "dict", "required": True},
+            "root": {"type": "path", "default": "/"},
+            "prometheus_file": {"type": "path"},
+            "host": {"type": "str", "default": "localhost"},
+        },
+        supports_check_mode=True,
+    )
+    results, summary = audit(module.params["checks"], module.params["root"])
+    if module.params["prometheus_file"] and not module.check_mode:
+        try:
+            atomic_write(module.params["prometheus_file"], prometheus_text(module.params["host"], results),
+                         backup=False, mode=0o644)
+        except OSError as exc:
+            module.fail_json(msg="cannot write %s: %s" % (module.params["prometheus_file"], exc))
+    module.exit_json(changed=False, results=results, summary=summary)
+
+
+if __name__ == "__main__":
+    if "--checks" in sys.argv:
+        sys.exit(cli(sys.argv[1:]))
+    main()
