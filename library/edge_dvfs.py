@@ -99,13 +99,18 @@ options:
       - Also save the resolved settings (policy numbers, frequencies after snapping) to this
         JSON file, atomically and only when its content changes, for the boot-time re-apply.
       - Written after the settings were applied and read back successfully; not written in
-        check mode. Skipped policies and nodes are not saved.
+        check mode. Policies and nodes missing from the board are not saved. A policy skipped as
+        inactive (all its CPUs offline, with O(fail_on_missing=false)) is saved with its values as
+        given (frequencies not yet snapped, with the O(snap) rule when it is not V(exact)), so
+        that the boot-time re-apply sets it when a power mode brings its CPUs online (AGX Orin
+        MODE_30W to MAXN takes effect at the next boot).
     type: path
   fail_on_missing:
     description:
       - Fail when a policy, CPU or node is not on this board (the message lists the ones it
         has), or when a policy is inactive because all its CPUs are offline (AGX Orin MODE_30W
-        takes cpu8-11 offline). With V(false) such items are left out and listed in RV(skipped).
+        takes cpu8-11 offline). With V(false) such items are left out and listed in RV(skipped)
+        (inactive policies still go into O(state_file)).
     type: bool
     default: true
 attributes:
@@ -180,11 +185,14 @@ settings:
           - {file: scaling_min_freq, old: 408000, new: 2400000}
     devfreq: {}
 skipped:
-  description: Items not on this board, left out because O(fail_on_missing=false).
+  description:
+    - Items left out because O(fail_on_missing=false), with C(reason) V(missing) (not on this
+      board) or V(inactive) (a policy whose CPUs are all offline).
   returned: always
   type: list
   elements: dict
-  sample: [{kind: cpufreq, name: policy8, msg: "policy8 not found; present: policy0 (cpus 0-3), policy4 (cpus 4-7)"}]
+  sample: [{kind: cpufreq, name: policy8, reason: missing,
+            msg: "policy8 not found; present: policy0 (cpus 0-3), policy4 (cpus 4-7)"}]
 state_file:
   description: The state file path, when O(state_file) was given.
   returned: when O(state_file) is given
@@ -263,6 +271,8 @@ class Target(object):
         self.desired = desired
         self.current = self.available = self.final = self.after = None
         self.writes = []
+        # Why the target is left out now (a policy whose CPUs are all offline), or None.
+        self.inactive = None
 
     def report(self):
         files = dvfs.FILES[self.kind]
@@ -308,11 +318,11 @@ def select_targets(root, cpufreq, devfreq, fail_on_missing):
     policies = dvfs.list_policies(root)
     nodes = dvfs.list_devfreq(root)
 
-    def missing(kind, name, msg):
+    def missing(kind, name, msg, reason="missing"):
         if fail_on_missing:
             errors.append(msg)
         else:
-            skipped.append({"kind": kind, "name": name, "msg": msg})
+            skipped.append({"kind": kind, "name": name, "msg": msg, "reason": reason})
 
     for entry in cpufreq:
         problems = _entry_errors(dvfs.CPUFREQ, entry)
@@ -335,11 +345,15 @@ def select_targets(root, cpufreq, devfreq, fail_on_missing):
         except OSError as exc:
             errors.append("policy%d: %s" % (number, exc))
             continue
-        if inactive:
-            missing(dvfs.CPUFREQ, "policy%d" % number, inactive)
-            continue
         desired = _wanted(entry, ("governor", "min_freq", "max_freq"))
-        targets.append(Target(dvfs.CPUFREQ, "policy%d" % number, number, policies[number], desired))
+        target = Target(dvfs.CPUFREQ, "policy%d" % number, number, policies[number], desired)
+        if inactive:
+            missing(dvfs.CPUFREQ, "policy%d" % number, inactive, "inactive")
+            if fail_on_missing:
+                continue
+            # Kept (not applied) so that the state file carries it to the next boot.
+            target.inactive = inactive
+        targets.append(target)
 
     for entry in devfreq:
         problems = _entry_errors(dvfs.DEVFREQ, entry)
@@ -397,11 +411,14 @@ def _settings(targets):
 def run(root, cpufreq=(), devfreq=(), snap="exact", fail_on_missing=True, check_mode=False):
     """Read, validate, plan and (unless check_mode) apply and read back.
 
-    Returns (result, targets). Raises DvfsError; on a validation error nothing was written.
+    Returns (result, targets); ``targets`` holds the applied ones and, with
+    fail_on_missing=False, the inactive policies (``target.inactive`` set, nothing read or
+    written) for the state file. Raises DvfsError; on a validation error nothing was written.
     """
     if snap not in dvfs.SNAPS:
         raise DvfsError(["snap %r is not one of %s" % (snap, ", ".join(dvfs.SNAPS))])
-    targets, skipped, errors = select_targets(root, cpufreq or [], devfreq or [], fail_on_missing)
+    selected, skipped, errors = select_targets(root, cpufreq or [], devfreq or [], fail_on_missing)
+    targets = [target for target in selected if not target.inactive]
     for target in targets:
         try:
             target.current = dvfs.read_state(target.kind, target.directory)
@@ -431,16 +448,26 @@ def run(root, cpufreq=(), devfreq=(), snap="exact", fail_on_missing=True, check_
         "settings": _settings(targets),
         "skipped": skipped,
     }
-    return result, targets
+    return result, targets + [target for target in selected if target.inactive]
 
 
-def state_document(targets):
-    """The state file's text: the resolved settings, sorted so the content is stable."""
+def state_document(targets, snap="exact"):
+    """The state file's text: the resolved settings, sorted so the content is stable.
+
+    An inactive policy is saved with its values as given; its frequencies are resolved at
+    boot, with ``snap`` when they are numbers and ``snap`` is not exact.
+    """
     doc = {"format": STATE_FORMAT, "generated_by": "edge_dvfs",
            dvfs.CPUFREQ: [], dvfs.DEVFREQ: []}
     for target in targets:
         entry = {"policy" if target.kind == dvfs.CPUFREQ else "node": target.key}
-        entry.update(target.final)
+        if target.inactive:
+            entry.update(target.desired)
+            numbers = [v for k, v in target.desired.items() if k in dvfs.FREQ_ATTRS and v not in ("min", "max")]
+            if numbers and snap != "exact":
+                entry["snap"] = snap
+        else:
+            entry.update(target.final)
         doc[target.kind].append(entry)
     doc[dvfs.CPUFREQ].sort(key=lambda e: e["policy"])
     doc[dvfs.DEVFREQ].sort(key=lambda e: e["node"])
@@ -457,9 +484,9 @@ def _read_existing(path):
         raise DvfsError(["cannot read state file %s: %s" % (path, exc.strerror or exc)]) from None
 
 
-def sync_state_file(path, targets, check_mode):
+def sync_state_file(path, targets, check_mode, snap="exact"):
     """Write the state file when its content differs; returns (before, after)."""
-    after = state_document(targets)
+    after = state_document(targets, snap)
     before = _read_existing(path)
     if before != after and not check_mode:
         try:
@@ -495,11 +522,12 @@ def main():
     try:
         result, targets = run(params["sysfs_root"], params["cpufreq"], params["devfreq"],
                               params["snap"], params["fail_on_missing"], module.check_mode)
+        applied = [t for t in targets if not t.inactive]
         diff = [{"before_header": "sysfs", "after_header": "sysfs",
-                 "before": "".join(line + "\n" for t in targets for line in t.lines(t.current)),
-                 "after": "".join(line + "\n" for t in targets for line in t.lines(t.after))}]
+                 "before": "".join(line + "\n" for t in applied for line in t.lines(t.current)),
+                 "after": "".join(line + "\n" for t in applied for line in t.lines(t.after))}]
         if params["state_file"]:
-            before, after = sync_state_file(params["state_file"], targets, module.check_mode)
+            before, after = sync_state_file(params["state_file"], targets, module.check_mode, params["snap"])
             result["state_file"] = params["state_file"]
             result["state_file_changed"] = before != after
             if before != after:
@@ -534,9 +562,14 @@ def apply_state_file(path, root="/", out=sys.stdout, err=sys.stderr):
     status = 0
     # Each entry on its own: a node whose driver did not load must not keep the others untuned.
     for kind, entry in entries:
+        snap = "exact"
+        if isinstance(entry, dict) and "snap" in entry:
+            entry = dict(entry)
+            snap = entry.pop("snap")
         lists = ([entry], []) if kind == dvfs.CPUFREQ else ([], [entry])
         try:
-            _result, targets = run(root, lists[0], lists[1], "exact", True, False)
+            # Missing items are errors; a policy whose CPUs the power mode keeps offline is not.
+            result, targets = run(root, lists[0], lists[1], snap, False, False)
         except DvfsError as exc:
             for message in exc.errors:
                 err.write("edge_dvfs: error: %s\n" % message)
@@ -546,7 +579,15 @@ def apply_state_file(path, root="/", out=sys.stdout, err=sys.stderr):
             err.write("edge_dvfs: error: %s entry %r: %s\n" % (kind, entry, exc))
             status = 1
             continue
+        for item in result["skipped"]:
+            if item.get("reason") == "inactive":
+                out.write("edge_dvfs: %s left as it is: %s\n" % (item["name"], item["msg"]))
+            else:
+                err.write("edge_dvfs: error: %s\n" % item["msg"])
+                status = 1
         for target in targets:
+            if target.inactive:
+                continue
             for attr, old, new in target.writes:
                 out.write("edge_dvfs: %s %s: %s -> %s\n"
                           % (target.name, dvfs.FILES[target.kind][attr], old, new))

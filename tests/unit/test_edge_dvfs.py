@@ -751,6 +751,78 @@ def test_cli_entry_with_bad_shape_is_reported(rk, tmp_path):
     assert "unknown keys speed" in lines[2]
 
 
+def set_online(root, cpus, state):
+    for cpu in cpus:
+        _write(root / ("sys/devices/system/cpu/cpu%d/online" % cpu), state)
+
+
+def test_inactive_policy_is_saved_for_the_boot_that_brings_its_cpus_online(agx, tmp_path, capsys):
+    # AGX Orin in MODE_30W (cpu8-11 offline) with MAXN recorded for the next boot.
+    set_online(agx, range(8, 12), "0")
+    state = tmp_path / "dvfs.json"
+    args = {"sysfs_root": str(agx), "fail_on_missing": False, "state_file": str(state), "snap": "down",
+            "cpufreq": [{"policy": 4, "governor": "performance"},
+                        {"policy": 8, "governor": "performance", "max_freq": 2000000}]}
+    before8 = {name: value(policy_file(agx, 8, name)) for name in ("scaling_governor", "scaling_max_freq")}
+    result = run_module(args, capsys, diff=True)
+    assert result["skipped"] == [{"kind": "cpufreq", "name": "policy8", "reason": "inactive",
+                                  "msg": "policy8 is inactive: its cpus 8-11 are offline"}]
+    assert sorted(result["settings"]["cpufreq"]) == ["policy4"]
+    assert "policy8" not in result["diff"][0]["before"] + result["diff"][0]["after"]
+    assert {name: value(policy_file(agx, 8, name)) for name in before8} == before8
+    assert json.loads(state.read_text())["cpufreq"] == [
+        {"policy": 4, "governor": "performance"},
+        # As given: 2000000 is between steps and is snapped down when the CPUs are online.
+        {"policy": 8, "governor": "performance", "max_freq": 2000000, "snap": "down"}]
+
+    # The boot with MAXN: every CPU online, the boot unit re-applies the file.
+    reboot(agx, "agx-orin-64gb")
+    out, err = io.StringIO(), io.StringIO()
+    assert edge_dvfs.apply_state_file(str(state), str(agx), out, err) == 0, err.getvalue()
+    assert value(policy_file(agx, 8, "scaling_governor")) == "performance"
+    assert value(policy_file(agx, 8, "scaling_max_freq")) == "1958400"
+    assert "edge_dvfs: policy8 scaling_governor: schedutil -> performance" in out.getvalue().splitlines()
+
+    # The next Ansible run finds everything applied; the file now holds the resolved value.
+    result = run_module(args, capsys)
+    assert result["skipped"] == []
+    assert not any(item["writes"] for item in result["settings"]["cpufreq"].values())
+    assert json.loads(state.read_text())["cpufreq"][1] == {
+        "policy": 8, "governor": "performance", "max_freq": 1958400}
+
+
+def test_governor_only_inactive_entry_is_stable_across_the_reboot(agx, tmp_path, capsys):
+    """The role's default (governor only): the file does not change once the CPUs are online."""
+    set_online(agx, range(8, 12), "0")
+    state = tmp_path / "dvfs.json"
+    args = {"sysfs_root": str(agx), "fail_on_missing": False, "state_file": str(state),
+            "cpufreq": [{"policy": 8, "governor": "performance"}]}
+    run_module(args, capsys)
+    saved = state.read_text()
+    reboot(agx, "agx-orin-64gb")
+    assert edge_dvfs.apply_state_file(str(state), str(agx), io.StringIO(), io.StringIO()) == 0
+    result = run_module(args, capsys)
+    assert result["changed"] is False and result["state_file_changed"] is False
+    assert state.read_text() == saved
+
+
+def test_cli_leaves_a_policy_the_mode_keeps_offline_without_failing(agx, tmp_path):
+    state = tmp_path / "dvfs.json"
+    state.write_text(json.dumps({"format": 1, "generated_by": "edge_dvfs",
+                                 "cpufreq": [{"policy": 8, "governor": "performance"},
+                                             {"policy": 4, "governor": "performance"}],
+                                 "devfreq": []}))
+    set_online(agx, range(8, 12), "0")
+    out, err = io.StringIO(), io.StringIO()
+    assert edge_dvfs.apply_state_file(str(state), str(agx), out, err) == 0
+    assert err.getvalue() == ""
+    assert out.getvalue().splitlines() == [
+        "edge_dvfs: policy8 left as it is: policy8 is inactive: its cpus 8-11 are offline",
+        "edge_dvfs: policy4 scaling_governor: schedutil -> performance",
+    ]
+    assert value(policy_file(agx, 8, "scaling_governor")) == "schedutil"
+
+
 # --------------------------------------------------------------------------
 # Documentation matches the argument spec
 
