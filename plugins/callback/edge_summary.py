@@ -3,6 +3,7 @@
 Board, release, the tasks that changed something, reboots, and the wall time
 of the run: what a person wants to see after `ansible-playbook site.yml`.
 """
+import os
 import time
 
 from ansible.plugins.callback import CallbackBase
@@ -54,6 +55,8 @@ class CallbackModule(CallbackBase):
         self.host(result)["state"] = "UNREACHABLE"
 
     def v2_playbook_on_stats(self, stats):
+        if os.environ.get("EDGETUNE_NO_SUMMARY"):  # machine-readable runs (edgetune audit)
+            return
         self._display.banner("EDGETUNE FLEET SUMMARY")
         for name in sorted(self.hosts):
             entry = self.hosts[name]
