@@ -39,7 +39,7 @@ def test_extlinux_keeps_a_fallback_entry_with_the_previous_arguments(host, expec
     assert text.startswith("TIMEOUT 30\nDEFAULT primary\n")
     fallback = text.split("LABEL edgetune-fallback\n", 1)[1].split("\n\n", 1)[0]
     append = next(line for line in fallback.splitlines() if line.strip().startswith("APPEND")).split()
-    assert append[1].startswith("root=PARTUUID=")
+    assert append[1] == "${cbootargs}" and append[2].startswith("root=PARTUUID=")
     assert not [arg for arg in expected["bootargs"] if arg in append]
     assert "# LABEL backup" in text  # NVIDIA's commented block is left as it was
 
