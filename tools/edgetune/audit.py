@@ -29,13 +29,14 @@ def find_project(start=None):
     raise UsageError("cannot find the edgetune project (playbooks/audit.yml); run from the checkout")
 
 
-def run_playbook(project, inventory=None, limit=None, extra=()):
+def run_playbook(project, inventories=(), limit=None, extra_vars=()):
     argv = ["ansible-playbook", str(project / "playbooks" / "audit.yml")]
-    if inventory:
+    for inventory in inventories:
         argv += ["-i", inventory]
     if limit:
         argv += ["-l", limit]
-    argv += list(extra)
+    for extra in extra_vars:
+        argv += ["-e", extra]
     env = dict(os.environ, ANSIBLE_CONFIG=str(project / "ansible.cfg"),
                ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", EDGETUNE_NO_SUMMARY="1",
                ANSIBLE_NOCOLOR="1")
@@ -157,7 +158,7 @@ def write_atomically(path, text):
 def cmd_audit(args):
     project = find_project()
     started = time.time()
-    hosts = collect(run_playbook(project, args.inventory, args.limit))
+    hosts = collect(run_playbook(project, args.inventory or (), args.limit, args.extra_vars or ()))
     seconds = time.time() - started
     if not hosts:
         raise UsageError("no hosts matched; check the inventory and --limit")
@@ -175,8 +176,9 @@ def cmd_audit(args):
 
 def add_parser(subparsers):
     p = subparsers.add_parser("audit", help="drift audit of the fleet (desired vs persisted vs running)")
-    p.add_argument("-i", "--inventory", help="inventory (default: ansible.cfg's, the twins)")
+    p.add_argument("-i", "--inventory", action="append", help="inventory, repeatable (default: ansible.cfg's)")
     p.add_argument("-l", "--limit", help="limit to hosts or groups, e.g. orin-fleet")
+    p.add_argument("-e", "--extra-vars", action="append", help="extra variables, as for ansible-playbook")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--junit", metavar="FILE", help="also write JUnit XML for CI")
     p.add_argument("--prometheus", metavar="FILE", help="also write a node_exporter textfile")
