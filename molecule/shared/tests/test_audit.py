@@ -68,3 +68,20 @@ def test_unreachable_device_is_reported_never_clean(host, tmp_path):
     assert result.returncode == 1
     assert hosts["ghost-twin-that-does-not-exist"]["status"] == "unreachable"
     assert hosts[host.backend.host]["status"] == "clean"
+
+
+def test_on_device_timer_writes_the_textfile(host, expected):
+    assert host.service("edgetune-audit.timer").is_enabled
+    textfile = "/var/lib/prometheus/node-exporter/edgetune.prom"
+    host.run_expect([0], "systemctl start edgetune-audit.service")
+    assert 'setting="kernel boot arguments",role="edge_bootargs",state="ok"} 1' in host.file(textfile).content_string
+    path, first = expected["bootloader"], expected["bootargs"][1]
+    original = host.file(path).content_string
+    host.run("sed -i 's/ %s//' %s" % (first, path))
+    try:
+        host.run_expect([0], "systemctl start edgetune-audit.service")  # drift found is not a unit failure
+        assert 'setting="kernel boot arguments",role="edge_bootargs",state="drifted"} 1' in \
+            host.file(textfile).content_string
+    finally:
+        run_site(host)
+    assert host.file(path).content_string == original
