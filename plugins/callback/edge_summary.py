@@ -60,6 +60,8 @@ class CallbackModule(CallbackBase):
         self._display.banner("EDGETUNE FLEET SUMMARY")
         for name in sorted(self.hosts):
             entry = self.hosts[name]
+            if entry["board"] == "?" and entry["state"] == "ok":
+                continue  # not a device (e.g. localhost in molecule's create step)
             changes = ", ".join(entry["changed"]) if entry["changed"] else "no change"
             self._display.display("%-24s %-6s %-34s %-14s %s" % (
                 name, entry["state"], entry["board"], entry["release"], changes))
