@@ -1,0 +1,378 @@
+"""The eBPF classifier puts inference traffic into the high-priority HTB class.
+
+Two network namespaces made here, joined by a veth pair; the egress of the
+sending side is rate-limited by the HTB root the loader sets up. The loader
+runs as on the device: /usr/bin/python3 with the distribution's bcc and
+pyroute2. Classification is proven by the HTB class counters that
+`tc -s class show` prints (parsed here, not by the loader), before and after
+traffic that only this test sends, only to the namespaces' own addresses.
+
+Needs root, tc, and the host set up by tools/setup-netqos-host (bcc and
+kernel headers); skipped with the reason otherwise.
+"""
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.controller, pytest.mark.netns]
+
+ROOT = Path(__file__).resolve().parents[2]
+LOADER = ROOT / "tools" / "edgetune" / "bpf.py"
+SYSTEM_PYTHON = "/usr/bin/python3"
+A_ADDR, B_ADDR = "10.77.0.1", "10.77.0.2"
+A_ADDR6, B_ADDR6 = "fd00:77::1", "fd00:77::2"
+INFER_PORT, OTHER_PORT = 8000, 9000
+RATE = "5mbit"  # small, so that the classes matter
+HIGH, DEFAULT = "1:10", "1:20"
+
+
+def _why_not():
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, tc, eBPF)"
+    for tool in ("ip", "tc", "nsenter"):
+        if not shutil.which(tool):
+            return "needs %s (iproute2, util-linux)" % tool
+    probe = subprocess.run([SYSTEM_PYTHON, "-c", "import bcc, pyroute2"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, check=False) if os.path.exists(SYSTEM_PYTHON) else None
+    if probe is None or probe.returncode != 0:
+        return "%s cannot import bcc and pyroute2: run tools/setup-netqos-host" % SYSTEM_PYTHON
+    if not os.path.isdir("/lib/modules/%s/build" % os.uname().release):
+        return "no kernel headers at /lib/modules/%s/build: run tools/setup-netqos-host" % os.uname().release
+    return None
+
+
+_REASON = _why_not()
+if _REASON:
+    pytestmark.append(pytest.mark.skip(reason=_REASON))
+
+
+def run(argv, check=True, **kwargs):
+    result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False, **kwargs)
+    if check and result.returncode != 0:
+        raise AssertionError("%s failed (%d): %s%s" % (" ".join(map(str, argv)), result.returncode,
+                                                       result.stdout, result.stderr))
+    return result
+
+
+class Pair(object):
+    """Namespaces A (sender, shaped egress on veth `a`) and B (receiver)."""
+
+    def __init__(self, tag):
+        self.ns_a, self.ns_b = "etq-%s-a" % tag, "etq-%s-b" % tag
+        self.a, self.b = "nq%sa" % tag, "nq%sb" % tag
+
+    def in_ns(self, ns, argv, **kwargs):
+        # nsenter keeps this mount namespace, so the cgroup v2 mount stays visible
+        # (`ip netns exec` remounts /sys and hides it).
+        return run(["nsenter", "--net=/run/netns/%s" % ns] + [str(a) for a in argv], **kwargs)
+
+    def loader(self, *args, env=None):
+        full_env = dict(os.environ, **(env or {}))
+        return self.in_ns(self.ns_a, [SYSTEM_PYTHON, LOADER] + list(args), check=False, env=full_env)
+
+    def apply(self, *extra, env=None):
+        return self.loader("apply", "-i", self.a, "--rate", RATE, "--ports", str(INFER_PORT), "--json", *extra,
+                           env=env)
+
+    def tc(self, *args):
+        return self.in_ns(self.ns_a, ["tc"] + list(args)).stdout
+
+    def qdisc_state(self):
+        """Root and clsact qdiscs and egress filters, without counters."""
+        qdiscs = self.tc("qdisc", "show", "dev", self.a)
+        filters = run(["nsenter", "--net=/run/netns/%s" % self.ns_a, "tc", "filter", "show", "dev", self.a, "egress"],
+                      check=False).stdout
+        return qdiscs.strip(), filters.strip()
+
+    def counters(self):
+        """{classid: (bytes, packets)} from `tc -s class show`, once the queues are empty."""
+        deadline = time.time() + 10
+        while True:
+            text = self.tc("-s", "class", "show", "dev", self.a)
+            backlog = [int(b) for b in re.findall(r"backlog (\d+)b", text)]
+            if not any(backlog) or time.time() > deadline:
+                break
+            time.sleep(0.05)
+        found = {}
+        for block in text.strip().split("\n\n"):
+            head = re.match(r"class htb (\S+) ", block)
+            sent = re.search(r"Sent (\d+) bytes (\d+) pkt", block)
+            if head and sent:
+                found[head.group(1)] = (int(sent.group(1)), int(sent.group(2)))
+        return found
+
+    def send_udp(self, port, count, family=4, cgroup_dir="", dstopts=False):
+        self.in_ns(self.ns_a, [SYSTEM_PYTHON, "-c", SENDER, family, B_ADDR6 if family == 6 else B_ADDR, port, count,
+                               cgroup_dir, "1" if dstopts else ""])
+
+
+SENDER = r"""
+import os, socket, sys
+family, addr, port, count, cgroup_dir, dstopts = sys.argv[1:7]
+if cgroup_dir:
+    with open(os.path.join(cgroup_dir, "cgroup.procs"), "w") as handle:
+        handle.write(str(os.getpid()))
+sock = socket.socket(socket.AF_INET6 if family == "6" else socket.AF_INET, socket.SOCK_DGRAM)
+if dstopts:
+    # an 8-byte destination options header (PadN): the classifier must skip it
+    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_DSTOPTS, bytes([0, 0, 1, 4, 0, 0, 0, 0]))
+for _ in range(int(count)):
+    sock.sendto(b"x" * 200, (addr, int(port)))
+"""
+
+TCP_SERVER = r"""
+import socket, sys
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind((sys.argv[1], int(sys.argv[2]))); srv.listen(1); srv.settimeout(20)
+conn, _ = srv.accept(); total = 0
+while True:
+    data = conn.recv(65536)
+    if not data:
+        break
+    total += len(data)
+conn.sendall(b"%d" % total); conn.close()
+"""
+
+TCP_CLIENT = r"""
+import socket, sys, time
+deadline = time.time() + 10
+while True:
+    try:
+        sock = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10); break
+    except OSError:
+        if time.time() > deadline: raise
+        time.sleep(0.05)
+sock.sendall(b"y" * 30000); sock.shutdown(socket.SHUT_WR)
+print(sock.recv(100).decode())
+"""
+
+
+def delta(before, after):
+    return dict((c, (after[c][0] - before.get(c, (0, 0))[0], after[c][1] - before.get(c, (0, 0))[1]))
+                for c in after)
+
+
+@pytest.fixture
+def pair(request):
+    tag = secrets.token_hex(3)
+    pair = Pair(tag)
+
+    def cleanup():
+        for ns in (pair.ns_a, pair.ns_b):
+            run(["ip", "netns", "del", ns], check=False)  # takes the veth pair with it
+    request.addfinalizer(cleanup)
+    run(["ip", "netns", "add", pair.ns_a])
+    run(["ip", "netns", "add", pair.ns_b])
+    run(["ip", "link", "add", pair.a, "netns", pair.ns_a, "type", "veth", "peer", "name", pair.b, "netns", pair.ns_b])
+    for ns, dev, addr, addr6 in ((pair.ns_a, pair.a, A_ADDR, A_ADDR6), (pair.ns_b, pair.b, B_ADDR, B_ADDR6)):
+        run(["ip", "-n", ns, "addr", "add", addr + "/24", "dev", dev])
+        run(["ip", "-n", ns, "addr", "add", addr6 + "/64", "dev", dev, "nodad"])
+        run(["ip", "-n", ns, "link", "set", "lo", "up"])
+        run(["ip", "-n", ns, "link", "set", dev, "up"])
+    # Permanent neighbours: no ARP/ND packets of our own in the counters.
+    for ns, dev, peer_ns, peer_dev, addrs in ((pair.ns_a, pair.a, pair.ns_b, pair.b, (B_ADDR, B_ADDR6)),
+                                              (pair.ns_b, pair.b, pair.ns_a, pair.a, (A_ADDR, A_ADDR6))):
+        mac = json.loads(run(["ip", "-n", peer_ns, "-j", "link", "show", peer_dev]).stdout)[0]["address"]
+        for addr in addrs:
+            run(["ip", "-n", ns, "neigh", "replace", addr, "lladdr", mac, "nud", "permanent", "dev", dev])
+    return pair
+
+
+@pytest.fixture
+def test_cgroup(request):
+    sys.path.insert(0, str(LOADER.parent))
+    try:
+        import bpf as loader_module
+    finally:
+        sys.path.pop(0)
+    mount = loader_module.cgroup2_mount()
+    if mount is None:
+        pytest.skip("no cgroup v2 hierarchy mounted on this host")
+    name = "edgetune-test-%s" % secrets.token_hex(3)
+    path = os.path.join(mount, name)
+    os.mkdir(path)
+
+    def cleanup():
+        for _ in range(50):  # the sender has exited; its cgroup empties right after
+            try:
+                os.rmdir(path)
+                return
+            except OSError:
+                time.sleep(0.1)
+    request.addfinalizer(cleanup)
+    return name, path
+
+
+def applied(result):
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_inference_port_goes_to_the_high_class_and_the_rest_to_the_default(pair):
+    report = applied(pair.apply())
+    assert report["changed"] is True
+    program = report["interfaces"][0]["program"]
+    assert program["id"] and re.match(r"^[0-9a-f]{16}$", program["tag"]) and program["direct_action"]
+
+    before = pair.counters()
+    assert set(before) == {"1:1", HIGH, DEFAULT}
+    pair.send_udp(OTHER_PORT, 23)
+    mid = pair.counters()
+    pair.send_udp(INFER_PORT, 37)
+    after = pair.counters()
+    other, infer = delta(before, mid), delta(mid, after)
+    assert other[HIGH][1] == 0 and other[DEFAULT][1] >= 23, other
+    assert infer[HIGH][1] == 37, infer
+    # 200 bytes payload + UDP 8 + IPv4 20 + Ethernet 14
+    assert infer[HIGH][0] == 37 * 242, infer
+
+
+def test_ipv6_with_a_destination_options_header_is_classified(pair):
+    applied(pair.apply())
+    before = pair.counters()
+    pair.send_udp(INFER_PORT, 11, family=6)
+    pair.send_udp(INFER_PORT, 7, family=6, dstopts=True)
+    mid = pair.counters()
+    pair.send_udp(OTHER_PORT, 5, family=6, dstopts=True)
+    after = pair.counters()
+    assert delta(before, mid)[HIGH][1] == 18
+    assert delta(mid, after)[HIGH][1] == 0 and delta(mid, after)[DEFAULT][1] >= 5
+
+
+def test_tcp_to_the_inference_port_is_classified(pair):
+    applied(pair.apply())
+    server = subprocess.Popen(["nsenter", "--net=/run/netns/%s" % pair.ns_b, SYSTEM_PYTHON, "-c", TCP_SERVER,
+                               B_ADDR, str(INFER_PORT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        before = pair.counters()
+        reply = pair.in_ns(pair.ns_a, [SYSTEM_PYTHON, "-c", TCP_CLIENT, B_ADDR, INFER_PORT]).stdout
+        after = pair.counters()
+    finally:
+        server.wait(timeout=20)
+    assert reply.strip() == "30000"
+    moved = delta(before, after)
+    # SYN, data segments, ACKs and FIN from A all carry destination port 8000.
+    assert moved[HIGH][1] >= 4 and moved[HIGH][0] >= 30000, moved
+    assert moved[DEFAULT][1] == 0, moved
+
+
+def test_sockets_of_a_cgroup_go_to_the_high_class(pair, test_cgroup):
+    name, path = test_cgroup
+    applied(pair.apply("--cgroup", name))
+    status = json.loads(pair.loader("status", "-i", pair.a, "--json").stdout)["interfaces"][0]
+    assert status["cgroup"]["id"] == os.stat(path).st_ino
+    assert status["cgroup"]["path"] == name and status["cgroup"]["level"] == 1
+    before = pair.counters()
+    pair.send_udp(OTHER_PORT, 19, cgroup_dir=path)   # other port, but from the cgroup
+    mid = pair.counters()
+    pair.send_udp(OTHER_PORT, 13)                    # same port, outside the cgroup
+    after = pair.counters()
+    assert delta(before, mid)[HIGH][1] == 19, delta(before, mid)
+    assert delta(mid, after)[HIGH][1] == 0 and delta(mid, after)[DEFAULT][1] >= 13
+
+
+def test_apply_twice_is_the_same_state_and_one_filter(pair):
+    first = applied(pair.apply())["interfaces"][0]
+    state = pair.qdisc_state()
+    second = applied(pair.apply())
+    assert second["changed"] is False and second["interfaces"][0]["actions"] == []
+    assert second["interfaces"][0]["program"]["id"] == first["program"]["id"]
+    assert pair.qdisc_state() == state
+    filters = json.loads(pair.tc("-j", "filter", "show", "dev", pair.a, "egress"))
+    assert len([f for f in filters if "options" in f]) == 1
+    check = pair.loader("check", "--config", "-", "--json")
+    assert check.returncode == 2  # check needs a config; stdin was empty
+    config = json.dumps({"rate": RATE, "ports": [INFER_PORT], "interfaces": {pair.a: {}}})
+    check = pair.in_ns(pair.ns_a, [SYSTEM_PYTHON, LOADER, "check", "--config", "-", "--json"], check=False,
+                       input=config)
+    assert check.returncode == 0 and json.loads(check.stdout)["in_sync"] is True, check.stdout + check.stderr
+
+
+def test_changed_ports_and_rates_are_updated_in_place(pair):
+    first = applied(pair.apply())["interfaces"][0]
+    report = applied(pair.loader("apply", "-i", pair.a, "--rate", "6mbit", "--ports", "8000,8001", "--json"))
+    rep = report["interfaces"][0]
+    assert rep["changed"] and rep["program"]["id"] == first["program"]["id"]  # maps updated, not reloaded
+    assert "rate 6Mbit" in pair.tc("class", "show", "dev", pair.a)
+    before = pair.counters()
+    pair.send_udp(8001, 9)
+    assert delta(before, pair.counters())[HIGH][1] == 9
+
+
+def test_detach_leaves_no_qdisc_or_filter(pair):
+    default_state = pair.qdisc_state()
+    applied(pair.apply())
+    assert "htb 1:" in pair.qdisc_state()[0]
+    result = pair.loader("detach", "-i", pair.a)
+    assert result.returncode == 0, result.stderr
+    qdiscs, filters = pair.qdisc_state()
+    assert "htb" not in qdiscs and "clsact" not in qdiscs and filters == ""
+    assert (qdiscs, filters) == default_state
+
+
+@pytest.mark.parametrize("step", ["qdisc", "clsact", "filter"])
+def test_a_failure_mid_way_restores_the_previous_qdiscs(pair, step):
+    before = pair.qdisc_state()
+    result = pair.apply(env={"EDGETUNE_NETQOS_FAULT": step})
+    assert result.returncode == 2
+    assert "previous qdisc state restored" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert pair.qdisc_state() == before
+
+
+def test_a_failure_mid_way_restores_the_previous_rates(pair):
+    applied(pair.apply())
+    classes = pair.tc("class", "show", "dev", pair.a)
+    result = pair.loader("apply", "-i", pair.a, "--rate", "8mbit", "--ports", str(INFER_PORT),
+                         env={"EDGETUNE_NETQOS_FAULT": "filter"})
+    assert result.returncode == 2, result.stderr
+    assert pair.tc("class", "show", "dev", pair.a) == classes
+
+
+@pytest.mark.parametrize("args, env, message", [
+    (["apply", "-i", "nosuchdev0", "--rate", RATE, "--ports", "8000"], None, "interface nosuchdev0 not found"),
+    (["apply", "-i", "{a}", "--rate", RATE, "--ports", "8000,abc"], None, "invalid port 'abc'"),
+    (["apply", "-i", "{a}", "--rate", RATE, "--ports", "8000,70000"], None, "invalid port 70000"),
+    (["apply", "-i", "{a}", "--rate", "0", "--ports", "8000"], None, "rate '0' is zero"),
+    (["apply", "-i", "{a}", "--rate", RATE, "--ports", "8000"], {"PYTHONPATH": "{nobcc}"}, "bcc is not installed"),
+])
+def test_bad_input_is_one_line_and_leaves_the_qdiscs(pair, tmp_path, args, env, message):
+    nobcc = tmp_path / "nobcc"
+    nobcc.mkdir()
+    (nobcc / "bcc.py").write_text("raise ImportError('bcc hidden by the test')\n")
+    pair.tc("qdisc", "add", "dev", pair.a, "root", "handle", "8001:", "pfifo")  # a root of the admin's
+    before = pair.qdisc_state()
+    argv = [a.format(a=pair.a) for a in args]
+    extra = ["--replace-root"] if env else []
+    result = pair.loader(*(argv + extra), env=dict((k, v.format(nobcc=nobcc)) for k, v in (env or {}).items()))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert pair.qdisc_state() == before
+
+
+def test_a_root_qdisc_of_someone_else_is_refused_without_replace_root(pair):
+    pair.tc("qdisc", "add", "dev", pair.a, "root", "handle", "8001:", "pfifo")
+    before = pair.qdisc_state()
+    result = pair.apply()
+    assert result.returncode == 2 and "--replace-root" in result.stderr
+    assert pair.qdisc_state() == before
+    applied(pair.apply("--replace-root"))
+    assert "qdisc htb 1: root" in pair.qdisc_state()[0]
+
+
+def test_edgetune_cli_hands_over_to_the_system_python(pair):
+    edgetune = shutil.which("edgetune") or os.path.join(os.path.dirname(sys.executable), "edgetune")
+    applied(pair.apply())
+    result = pair.in_ns(pair.ns_a, [edgetune, "bpf", "status", "-i", pair.a, "--json"], check=False)
+    assert result.returncode == 0, result.stderr
+    status = json.loads(result.stdout)["interfaces"][0]
+    assert status["ports"] == {str(INFER_PORT): HIGH}
+    assert [c["class"] for c in status["classes"]] == ["1:1", HIGH, DEFAULT]
