@@ -1,0 +1,516 @@
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""PCI configuration space: parse it, find the Virtual Channel capabilities, plan TC/VC writes.
+
+Runs on the device (Python 3.8+, stdlib only); the ``edgetune pcie`` tool on the
+controller loads this same file.
+
+Register layout (include/uapi/linux/pci_regs.h, pciutils lib/header.h): the
+extended capability list starts at 0x100, each header is ID [15:0], version
+[19:16], next [31:20].  A Virtual Channel capability (ID 0x0002; 0x0009 "VC9"
+on a function that also has MFVC; 0x0008 MFVC has the same register layout)
+has Port VC Capability 1 at +0x04 (Extended VC Count [2:0]), Port VC
+Capability 2 at +0x08, Port VC Control at +0x0C, Port VC Status at +0x0E, then
+per VC resource n (n = 0 .. Extended VC Count) 12 bytes at +0x10 + 12n:
+Resource Capability, Resource Control (TC/VC map [7:0], VC ID [26:24], Enable
+bit 31) and Resource Status (+0x0A, 16 bit; VC Negotiation Pending bit 1).
+
+Planning follows the procedure of HARDWARE.md section 7.3: a 32-bit
+read-modify-write of each Resource Control register (value and mask, as setpci's
+``value:mask``), TC0 always on VC0, a TC on one VC only, the same VC ID on both
+ends of the link.
+"""
+
+import errno
+import os
+import re
+import struct
+
+CONFIG_SIZES = (256, 4096)
+STD_CONFIG_SIZE = 256
+EXT_CONFIG_SIZE = 4096
+EXT_CAP_START = 0x100
+
+ECAP_VC = 0x0002
+ECAP_MFVC = 0x0008
+ECAP_VC9 = 0x0009
+VC_CAP_TYPES = {ECAP_VC: "VC", ECAP_MFVC: "MFVC", ECAP_VC9: "VC9"}
+
+# Offsets inside a VC capability (pci_regs.h PCI_VC_*).
+VC_PORT_CAP1 = 0x04
+VC_PORT_CAP2 = 0x08
+VC_PORT_CTRL = 0x0C
+VC_PORT_STATUS = 0x0E
+VC_RES_CAP = 0x10
+VC_RES_CTRL = 0x14
+VC_RES_STATUS = 0x1A
+VC_BASE_SIZE = 0x10
+VC_PER_VC_SIZE = 0x0C
+
+RES_CTRL_TC_MAP = 0x000000FF
+RES_CTRL_ID = 0x07000000
+RES_CTRL_ENABLE = 0x80000000
+RES_STATUS_TABLE = 0x0001
+RES_STATUS_NEGO = 0x0002
+# TC0 stays on VC0: its bit is never part of a VC0 write.
+VC0_MAP_WRITE_MASK = 0x000000FE
+VCN_WRITE_MASK = RES_CTRL_ENABLE | RES_CTRL_ID | RES_CTRL_TC_MAP
+
+PCIE_PORT_TYPES = {
+    0x0: "Endpoint", 0x1: "Legacy Endpoint", 0x4: "Root Port", 0x5: "Upstream Port",
+    0x6: "Downstream Port", 0x7: "PCIe-to-PCI Bridge", 0x8: "PCI-to-PCIe Bridge",
+    0x9: "Root Complex Integrated Endpoint", 0xA: "Root Complex Event Collector",
+}
+
+SYSFS_PCI_DEVICES = "sys/bus/pci/devices"
+BDF_RE = re.compile(r"^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([01][0-9a-fA-F])\.([0-7])$")
+SYSFS_BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$")
+
+
+class ConfigSpaceError(ValueError):
+    """The bytes are not a usable configuration space image."""
+
+
+class MappingError(ValueError):
+    """The requested mapping does not fit this device (bad TC, VC ID not present...)."""
+
+
+# --------------------------------------------------------------------------
+# Raw access
+
+def u8(data, offset):
+    return data[offset]
+
+
+def u16(data, offset):
+    return struct.unpack_from("<H", data, offset)[0]
+
+
+def u32(data, offset):
+    return struct.unpack_from("<I", data, offset)[0]
+
+
+def check_image(data, source="config space"):
+    """Return ``data`` as bytes if it is a whole 256- or 4096-byte image, else raise."""
+    if not isinstance(data, (bytes, bytearray)):
+        raise ConfigSpaceError("%s: expected bytes, got %s" % (source, type(data).__name__))
+    size = len(data)
+    if size in CONFIG_SIZES:
+        return bytes(data)
+    if size < STD_CONFIG_SIZE:
+        hint = (" (Linux returns only the first 64 bytes of a device's config file to a reader"
+                " without CAP_SYS_ADMIN: read it as root)") if size == 64 else ""
+        raise ConfigSpaceError("%s is truncated: %d bytes, a configuration space has 256 (PCI) or 4096"
+                               " (PCI Express)%s" % (source, size, hint))
+    raise ConfigSpaceError("%s has %d bytes, not a configuration space image (256 or 4096 bytes)"
+                           % (source, size))
+
+
+# --------------------------------------------------------------------------
+# Standard header and capability list
+
+def parse_header(data):
+    """The fields of the first 64 bytes that identify a function."""
+    header_type = u8(data, 0x0E)
+    status = u16(data, 0x06)
+    info = {
+        "vendor": u16(data, 0x00),
+        "device": u16(data, 0x02),
+        "command": u16(data, 0x04),
+        "status": status,
+        "revision": u8(data, 0x08),
+        "class": u32(data, 0x08) >> 8,
+        "header_type": header_type & 0x7F,
+        "multifunction": bool(header_type & 0x80),
+        "capabilities_pointer": u8(data, 0x34) & 0xFC if status & 0x10 else None,
+    }
+    if info["header_type"] == 1:
+        info["primary_bus"] = u8(data, 0x18)
+        info["secondary_bus"] = u8(data, 0x19)
+        info["subordinate_bus"] = u8(data, 0x1A)
+    return info
+
+
+def walk_capabilities(data):
+    """The standard capability list: ([{id, offset}], problems).
+
+    Pointers below 0x40 end the list, low two bits are ignored (as the
+    kernel's and pciutils' walkers do), a pointer seen twice is a loop.
+    """
+    caps, problems = [], []
+    header = parse_header(data)
+    pos = header["capabilities_pointer"]
+    seen = set()
+    while pos:
+        if pos < 0x40 or pos > STD_CONFIG_SIZE - 2:
+            problems.append("capability pointer 0x%02x is outside 0x40-0xfe; list ends there" % pos)
+            break
+        if pos in seen:
+            problems.append("capability list loops back to 0x%02x" % pos)
+            break
+        seen.add(pos)
+        caps.append({"id": u8(data, pos), "offset": pos})
+        pos = u8(data, pos + 1) & 0xFC
+    return caps, problems
+
+
+def pcie_info(data, caps):
+    """PCI Express capability (ID 0x10): offset, version and device/port type."""
+    for cap in caps:
+        if cap["id"] == 0x10 and cap["offset"] + 4 <= STD_CONFIG_SIZE:
+            flags = u16(data, cap["offset"] + 2)
+            port_type = (flags >> 4) & 0xF
+            return {"offset": cap["offset"], "version": flags & 0xF, "port_type": port_type,
+                    "port_type_name": PCIE_PORT_TYPES.get(port_type, "type %d" % port_type)}
+    return None
+
+
+# --------------------------------------------------------------------------
+# Extended capabilities
+
+def vc_size(data, offset):
+    """Bytes a VC capability at ``offset`` spans up to its last resource block."""
+    evcc = u32(data, offset + VC_PORT_CAP1) & 0x7
+    return VC_BASE_SIZE + VC_PER_VC_SIZE * (evcc + 1)
+
+
+def walk_ext_capabilities(data):
+    """The extended capability list from 0x100: ([{id, version, offset, size}], problems).
+
+    Guards: a 256-byte image has no extended space; an all-zero or all-ones
+    first header means an empty (or unreadable) list; a next pointer below
+    0x100, past the end or pointing into a capability already walked (loop or
+    overlap) ends the walk with a problem; a capability whose registers would
+    run past 4096 ends it too.  The reserved low two bits of the next pointer
+    are ignored, as PCI_EXT_CAP_NEXT() does.
+    """
+    caps, problems = [], []
+    if len(data) < EXT_CONFIG_SIZE:
+        return caps, problems
+    pos = EXT_CAP_START
+    spans = []
+    while True:
+        header = u32(data, pos)
+        if header in (0, 0xFFFFFFFF):
+            if pos != EXT_CAP_START:
+                problems.append("extended capability at 0x%03x has an empty header 0x%08x" % (pos, header))
+            break
+        cap_id, version, nxt = header & 0xFFFF, (header >> 16) & 0xF, (header >> 20) & 0xFFC
+        size = 4
+        if cap_id in VC_CAP_TYPES:
+            size = vc_size(data, pos) if pos + VC_PORT_CAP1 + 4 <= EXT_CONFIG_SIZE else EXT_CONFIG_SIZE
+            if pos + size > EXT_CONFIG_SIZE:
+                problems.append("%s capability at 0x%03x runs past the end of config space"
+                                % (VC_CAP_TYPES[cap_id], pos))
+                break
+        caps.append({"id": cap_id, "version": version, "offset": pos, "size": size})
+        spans.append((pos, pos + size))
+        if not nxt:
+            break
+        if nxt < EXT_CAP_START or nxt > EXT_CONFIG_SIZE - 4:
+            problems.append("extended capability at 0x%03x points to 0x%03x, outside 0x100-0xffc; list ends there"
+                            % (pos, nxt))
+            break
+        inside = [start for start, end in spans if start <= nxt < end]
+        if inside:
+            what = "loops back to" if nxt in [s for s, _ in spans] else "overlaps the capability at"
+            problems.append("extended capability at 0x%03x %s 0x%03x; list ends there"
+                            % (pos, what, inside[0]))
+            break
+        pos = nxt
+    return caps, problems
+
+
+def decode_vc(data, offset, cap_id=None):
+    """Decode the VC, VC9 or MFVC capability at ``offset``."""
+    header = u32(data, offset)
+    cap_id = header & 0xFFFF if cap_id is None else cap_id
+    if cap_id not in VC_CAP_TYPES:
+        raise ConfigSpaceError("no VC capability at 0x%03x (header 0x%08x)" % (offset, header))
+    if offset + vc_size(data, offset) > len(data):
+        raise ConfigSpaceError("%s capability at 0x%03x runs past the end of config space"
+                               % (VC_CAP_TYPES[cap_id], offset))
+    cap1 = u32(data, offset + VC_PORT_CAP1)
+    cap2 = u32(data, offset + VC_PORT_CAP2)
+    ctrl = u16(data, offset + VC_PORT_CTRL)
+    status = u16(data, offset + VC_PORT_STATUS)
+    evcc = cap1 & 0x7
+    vcs = []
+    for index in range(evcc + 1):
+        block = offset + VC_RES_CAP + VC_PER_VC_SIZE * index
+        res_cap = u32(data, block)
+        res_ctrl = u32(data, block + 4)
+        res_status = u16(data, block + 0xA)
+        tc_map = res_ctrl & RES_CTRL_TC_MAP
+        vcs.append({
+            "index": index,
+            "id": (res_ctrl & RES_CTRL_ID) >> 24,
+            "tc_map": tc_map,
+            "tcs": [tc for tc in range(8) if tc_map & (1 << tc)],
+            "enabled": bool(res_ctrl & RES_CTRL_ENABLE),
+            "negotiation_pending": bool(res_status & RES_STATUS_NEGO),
+            "port_arb_table_status": bool(res_status & RES_STATUS_TABLE),
+            "port_arb_capability": res_cap & 0xFF,
+            "reject_snoop": bool(res_cap & 0x8000),
+            "max_time_slots": ((res_cap >> 16) & 0x7F) + 1,
+            "port_arb_table_offset": ((res_cap >> 24) & 0xFF) * 16,
+            "port_arb_select": (res_ctrl >> 17) & 0x7,
+            "capability_offset": block,
+            "control_offset": block + 4,
+            "status_offset": block + 0xA,
+            "capability_register": res_cap,
+            "control_register": res_ctrl,
+            "status_register": res_status,
+        })
+    return {
+        "offset": offset,
+        "id": cap_id,
+        "type": VC_CAP_TYPES[cap_id],
+        "version": (header >> 16) & 0xF,
+        "extended_vc_count": evcc,
+        "low_priority_extended_vc_count": (cap1 >> 4) & 0x7,
+        "reference_clock": (cap1 >> 8) & 0x3,
+        "port_arb_table_entry_bits": 1 << ((cap1 >> 10) & 0x3),
+        "vc_arb_capability": cap2 & 0xFF,
+        "vc_arb_table_offset": ((cap2 >> 24) & 0xFF) * 16,
+        "port_vc_control": ctrl,
+        "vc_arb_select": (ctrl >> 1) & 0x7,
+        "port_vc_status": status,
+        "vc_arb_table_status": bool(status & 0x1),
+        "vcs": vcs,
+    }
+
+
+def parse(data, source="config space"):
+    """Everything this module reads from one image."""
+    data = check_image(data, source)
+    caps, problems = walk_capabilities(data)
+    ext_caps, ext_problems = walk_ext_capabilities(data)
+    return {
+        "size": len(data),
+        "header": parse_header(data),
+        "pcie": pcie_info(data, caps),
+        "capabilities": caps,
+        "ext_capabilities": ext_caps,
+        "vc_capabilities": [decode_vc(data, cap["offset"], cap["id"])
+                            for cap in ext_caps if cap["id"] in VC_CAP_TYPES],
+        "problems": problems + ext_problems,
+    }
+
+
+# --------------------------------------------------------------------------
+# Planning a TC -> VC mapping
+
+def tc_mask(tcs):
+    mask = 0
+    for tc in tcs:
+        mask |= 1 << tc
+    return mask
+
+
+def check_request(tcs, vc_id):
+    """Validate the TCs (1-7, not empty) and the VC ID (1-7); returns the sorted TC list."""
+    if isinstance(vc_id, bool) or not isinstance(vc_id, int) or not 1 <= vc_id <= 7:
+        raise MappingError("vc_id %r is not a VC ID of 1-7 (VC0 is the default VC and is always enabled)"
+                           % (vc_id,))
+    if not isinstance(tcs, (list, tuple)) or not tcs:
+        raise MappingError("tcs must be a non-empty list of traffic classes 1-7, got %r" % (tcs,))
+    for tc in tcs:
+        if isinstance(tc, bool) or not isinstance(tc, int):
+            raise MappingError("traffic class %r is not an integer 1-7" % (tc,))
+        if tc == 0:
+            raise MappingError("TC0 cannot be moved: TC0 is always mapped to VC0")
+        if not 0 <= tc <= 7:
+            raise MappingError("traffic class %d does not exist (TCs are 0-7; 1-7 can be mapped)" % tc)
+    return sorted(set(tcs))
+
+
+def resource_for_id(vc, vc_id):
+    """The extended VC resource (index >= 1) whose VC ID is ``vc_id``, or None."""
+    for res in vc["vcs"][1:]:
+        if res["id"] == vc_id:
+            return res
+    return None
+
+
+def merge(old, value, mask):
+    """setpci's value:mask read-modify-write of one 32-bit register."""
+    return (old & ~mask & 0xFFFFFFFF) | (value & mask)
+
+
+def plan_mapping(vc, tcs, vc_id):
+    """The 32-bit writes that move ``tcs`` to the VC with ID ``vc_id`` on one end of a link.
+
+    ``vc`` is a decoded VC capability (:func:`decode_vc`).  Returns a list of
+    writes ``{offset, value, mask, old, new, register}`` in the order to apply
+    them; empty when the mapping is already in place.  The order keeps every
+    TC on at most one VC at any moment:
+
+    1. TCs leave the VCs they must no longer be on (other extended VCs lose the
+       requested TCs; the target VC loses TCs no longer requested),
+    2. VC0 gets back the TCs the target VC gave up and loses the requested ones,
+    3. the target VC gets exactly the requested TCs, its VC ID and Enable
+       (HARDWARE 7.3: ``value 81000002 mask 870000ff`` for TC1 on VC ID 1).
+    """
+    tcs = check_request(tcs, vc_id)
+    target = resource_for_id(vc, vc_id)
+    if target is None:
+        raise MappingError("no extended VC resource with VC ID %d (IDs present: %s)"
+                           % (vc_id, ", ".join(str(r["id"]) for r in vc["vcs"][1:]) or "none"))
+    want = tc_mask(tcs)
+    regs = {res["index"]: res["control_register"] for res in vc["vcs"]}
+    offsets = {res["index"]: res["control_offset"] for res in vc["vcs"]}
+    writes = []
+
+    def write(index, value, mask):
+        old = regs[index]
+        new = merge(old, value, mask)
+        if new != old:
+            writes.append({"offset": offsets[index], "value": value & mask, "mask": mask,
+                           "old": old, "new": new, "register": "VC%d Resource Control" % index})
+            regs[index] = new
+
+    returned = 0
+    for res in vc["vcs"][1:]:
+        current = regs[res["index"]] & RES_CTRL_TC_MAP
+        keep = current & want if res["index"] == target["index"] else current & ~want
+        if res["index"] == target["index"]:
+            returned = current & ~want & VC0_MAP_WRITE_MASK
+        if keep != current:
+            write(res["index"], keep, RES_CTRL_TC_MAP)
+    vc0_map = ((regs[0] & RES_CTRL_TC_MAP) | returned) & ~want
+    write(0, vc0_map, VC0_MAP_WRITE_MASK)
+    write(target["index"], RES_CTRL_ENABLE | (vc_id << 24) | want, VCN_WRITE_MASK)
+    return writes
+
+
+def expected_after(vc, writes):
+    """Resource control registers after ``writes``: {control offset: value}."""
+    regs = {res["control_offset"]: res["control_register"] for res in vc["vcs"]}
+    for w in writes:
+        regs[w["offset"]] = merge(regs[w["offset"]], w["value"], w["mask"])
+    return regs
+
+
+def tc_conflicts(vc):
+    """TCs mapped to more than one VC resource: [(tc, [vc indexes])]."""
+    owners = {}
+    for res in vc["vcs"]:
+        for tc in res["tcs"]:
+            owners.setdefault(tc, []).append(res["index"])
+    return sorted((tc, idx) for tc, idx in owners.items() if len(idx) > 1)
+
+
+# --------------------------------------------------------------------------
+# sysfs
+
+def under(root, path):
+    return os.path.join(root or "/", path.lstrip("/"))
+
+
+def normalize_bdf(text):
+    """'01:00.0' -> '0000:01:00.0'; raises ValueError for anything else."""
+    match = BDF_RE.match(text.strip()) if isinstance(text, str) else None
+    if not match:
+        raise ValueError("%r is not a PCI address like 0000:01:00.0" % (text,))
+    domain, bus, dev, fn = match.groups()
+    return ("%s:%s:%s.%s" % (domain or "0000", bus, dev, fn)).lower()
+
+
+def devices_dir(root):
+    return under(root, SYSFS_PCI_DEVICES)
+
+
+def list_devices(root):
+    """BDFs listed in /sys/bus/pci/devices, sorted."""
+    try:
+        names = os.listdir(devices_dir(root))
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return []
+        raise
+    return sorted(name for name in names if SYSFS_BDF_RE.match(name))
+
+
+def device_path(root, bdf):
+    return os.path.join(devices_dir(root), bdf)
+
+
+def upstream_of(root, bdf):
+    """The BDF of the bridge above ``bdf`` (its parent directory in sysfs), or None on a root bus."""
+    real = os.path.realpath(device_path(root, bdf))
+    parent = os.path.basename(os.path.dirname(real))
+    return parent if SYSFS_BDF_RE.match(parent) else None
+
+
+def read_class(root, bdf):
+    """The 24-bit class code from sysfs ``class`` (0x010802 for an NVMe controller)."""
+    with open(os.path.join(device_path(root, bdf), "class")) as handle:
+        return int(handle.read().strip(), 16)
+
+
+def parse_class(text):
+    """'0x0108' -> (0x0108, 16 bits), '0x010802' -> (0x010802, 24 bits)."""
+    value = text.strip().lower() if isinstance(text, str) else ""
+    if value.startswith("0x"):
+        value = value[2:]
+    if len(value) not in (4, 6) or not re.match(r"^[0-9a-f]+$", value):
+        raise ValueError("device_class %r is not a PCI class like 0x0108 (class and subclass) or 0x010802"
+                         % (text,))
+    return int(value, 16), len(value) * 4
+
+
+def class_matches(code, wanted):
+    value, bits = wanted
+    return (code >> 8 if bits == 16 else code) == value
+
+
+def read_config(path):
+    """All bytes of a config file (sysfs ``config`` or a saved image)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, EXT_CONFIG_SIZE)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def read_register(path, offset, size=4):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.pread(fd, size, offset)
+    finally:
+        os.close(fd)
+    if len(data) != size:
+        raise OSError(errno.EIO, "short read of %d bytes at 0x%03x" % (len(data), offset))
+    return struct.unpack("<I" if size == 4 else "<H", data)[0]
+
+
+def write_register(path, offset, value):
+    """One aligned 32-bit config write (the kernel turns a 4-byte aligned pwrite into a dword access).
+
+    No O_CREAT: a missing config file is an error, never a new file.
+    """
+    if offset & 3:
+        raise ValueError("unaligned 32-bit write at 0x%03x" % offset)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        done = os.pwrite(fd, struct.pack("<I", value & 0xFFFFFFFF), offset)
+    finally:
+        os.close(fd)
+    if done != 4:
+        raise OSError(errno.EIO, "short write of %d bytes at 0x%03x" % (done, offset))
+
+
+def rmw_register(path, offset, value, mask):
+    """Read the register now, merge ``value`` under ``mask``, write only if it differs; returns (old, new)."""
+    old = read_register(path, offset)
+    new = merge(old, value, mask)
+    if new != old:
+        write_register(path, offset, new)
+    return old, new
