@@ -376,3 +376,97 @@ def test_edgetune_cli_hands_over_to_the_system_python(pair):
     status = json.loads(result.stdout)["interfaces"][0]
     assert status["ports"] == {str(INFER_PORT): HIGH}
     assert [c["class"] for c in status["classes"]] == ["1:1", HIGH, DEFAULT]
+
+
+# ------------------------------------------------- the Ansible module
+
+PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Run edge_netqos
+      edge_netqos: "{{ netqos_args }}"
+"""
+
+
+def run_module(pair, tmp_path, check=False, **args):
+    """edge_netqos through ansible-playbook, inside namespace A, as the role calls it."""
+    params = dict({"loader": str(LOADER), "python": SYSTEM_PYTHON,
+                   "config_file": str(tmp_path / "etc" / "netqos.json")}, **args)
+    (tmp_path / "play.yml").write_text(PLAY)
+    (tmp_path / "vars.json").write_text(json.dumps({"netqos_args": params}))
+    argv = ["ansible-playbook", "-i", "localhost,", "-c", "local", "-e", "@%s" % (tmp_path / "vars.json"),
+            "-e", "ansible_python_interpreter=%s" % sys.executable, str(tmp_path / "play.yml")]
+    if check:
+        argv += ["--check", "--diff"]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+               ANSIBLE_INVENTORY="localhost,",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    out = pair.in_ns(pair.ns_a, argv, check=False, env=env, cwd=str(ROOT))
+    try:  # the JSON document, then whatever the project's summary callback prints
+        doc = json.JSONDecoder().raw_decode(out.stdout[out.stdout.index("{"):])[0]
+    except ValueError:
+        raise AssertionError(out.stdout[-2000:] + out.stderr[-2000:]) from None
+    return doc["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+def module_args(pair, **extra):
+    return dict({"interfaces": [{"name": pair.a, "rate": RATE}], "ports": [INFER_PORT]}, **extra)
+
+
+def test_module_check_mode_writes_nothing_then_applies_idempotently(pair, tmp_path):
+    before = pair.qdisc_state()
+    config_file = tmp_path / "etc" / "netqos.json"
+    dry = run_module(pair, tmp_path, check=True, **module_args(pair))
+    assert dry.get("failed") is not True, dry.get("msg")
+    assert dry["changed"] is True and "no edge_classifier on clsact egress" in dry["interfaces"][pair.a]["differences"]
+    assert pair.qdisc_state() == before and not config_file.exists()
+    assert [d["before_header"] for d in dry["diff"]] == [str(config_file), "%s (live)" % pair.a]
+
+    real = run_module(pair, tmp_path, **module_args(pair))
+    assert real["changed"] is True, real.get("msg")
+    assert real["interfaces"][pair.a]["program"]["id"]
+    assert json.loads(config_file.read_text())["interfaces"] == {pair.a: {"rate": RATE}}
+    assert "qdisc htb 1: root" in pair.qdisc_state()[0]
+    counters = pair.counters()
+    pair.send_udp(INFER_PORT, 5)
+    assert delta(counters, pair.counters())[HIGH][1] == 5
+
+    again = run_module(pair, tmp_path, **module_args(pair))
+    assert again["changed"] is False and again["interfaces"][pair.a]["differences"] == []
+    state = pair.qdisc_state()
+    audit = run_module(pair, tmp_path, check=True, **module_args(pair))
+    assert audit["changed"] is False and pair.qdisc_state() == state
+
+    gone = run_module(pair, tmp_path, state="absent")
+    assert gone["changed"] is True and gone["detached"] == [pair.a]
+    assert pair.qdisc_state() == before and not config_file.exists()
+    assert run_module(pair, tmp_path, state="absent")["changed"] is False
+
+
+def test_module_reports_drift_and_repairs_it(pair, tmp_path):
+    run_module(pair, tmp_path, **module_args(pair))
+    pair.tc("filter", "del", "dev", pair.a, "egress", "pref", "49")  # someone removed the classifier
+    dry = run_module(pair, tmp_path, check=True, **module_args(pair))
+    assert dry["changed"] is True and dry["interfaces"][pair.a]["differences"] == \
+        ["no edge_classifier on clsact egress"]
+    fixed = run_module(pair, tmp_path, **module_args(pair))
+    assert fixed["changed"] is True
+    assert fixed["interfaces"][pair.a]["actions"] == [
+        "program %s attached to clsact egress (direct-action)" % fixed["interfaces"][pair.a]["program"]["filter"]]
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"interfaces": ["nosuchdev0"], "rate": RATE, "ports": [INFER_PORT]}, "interface nosuchdev0 not found"),
+    ({"ports": ["8000", "x"]}, "invalid port 'x'"),
+    ({"interfaces": [{"name": "{a}", "rate": "0"}]}, "rate '0' is zero"),
+    ({"interfaces": [{"name": "{a}", "rat": "1mbit"}]}, "unknown keys rat"),
+])
+def test_module_bad_input_fails_with_one_message_and_changes_nothing(pair, tmp_path, args, message):
+    before = pair.qdisc_state()
+    params = module_args(pair)
+    params.update(json.loads(json.dumps(args).replace("{a}", pair.a)))
+    result = run_module(pair, tmp_path, **params)
+    assert result.get("failed") is True and message in result["msg"], result.get("msg")
+    assert "\n" not in result["msg"]
+    assert pair.qdisc_state() == before and not (tmp_path / "etc" / "netqos.json").exists()

@@ -126,8 +126,10 @@ def test_classids_reject(value, message):
 
 
 @pytest.mark.parametrize("value, mount, expected", [
-    ("ai-infer.slice", None, "ai-infer.slice"),
-    ("/ai-infer.slice/", None, "ai-infer.slice"),
+    ("ai-infer.slice", None, "ai.slice/ai-infer.slice"),          # systemd nests slices at each dash
+    ("edge-ai-infer.slice", None, "edge.slice/edge-ai.slice/edge-ai-infer.slice"),
+    ("machine.slice", None, "machine.slice"),
+    ("/ai-infer.slice/", None, "ai-infer.slice"),                  # a path is taken as it is
     ("edge.slice//inference", None, "edge.slice/inference"),
     ("/sys/fs/cgroup/unified/ai-infer.slice", "/sys/fs/cgroup/unified", "ai-infer.slice"),
     ("", None, ""),
@@ -135,6 +137,12 @@ def test_classids_reject(value, message):
 ])
 def test_cgroup_paths_normalize(value, mount, expected):
     assert bpf.normalize_cgroup(value, mount) == expected
+
+
+@pytest.mark.parametrize("name", ["-.slice", "ai--infer.slice", "-ai.slice", ".slice"])
+def test_cgroup_slice_names_systemd_would_not_nest(name):
+    with pytest.raises(NetQosError, match="not a slice name"):
+        bpf.normalize_cgroup(name)
 
 
 def test_cgroup_paths_refuse_dot_dot():
@@ -175,7 +183,7 @@ def test_resolve_precedence_defaults_config_interface_overrides():
     wlan = bpf.resolve("wlan0", config)
     cli = bpf.resolve("wlan0", config, {"ports": "8001", "high_rate": None, "rate": None})
     assert (eth["rate"], eth["high_rate"], eth["ports"], eth["cgroup"]) == (12500000, 1250000, [8000],
-                                                                           "ai-infer.slice")
+                                                                           "ai.slice/ai-infer.slice")
     assert (wlan["rate"], wlan["high_rate"], wlan["ports"]) == (5000000, 1250000, [50051])
     assert cli["ports"] == [8001] and cli["rate"] == 5000000  # None means "not given"
 
@@ -202,7 +210,8 @@ def test_resolve_rejects_interface_names_the_kernel_would_not_have(name):
 
 
 def test_resolve_takes_a_cgroup_alone():
-    assert bpf.resolve("eth0", overrides={"rate": "1mbit", "cgroup": "/ai-infer.slice"})["cgroup"] == "ai-infer.slice"
+    got = bpf.resolve("eth0", overrides={"rate": "1mbit", "cgroup": "ai-infer.slice"})
+    assert got["cgroup"] == "ai.slice/ai-infer.slice" and got["ports"] == []
 
 
 def write(tmp_path, data):

@@ -188,15 +188,29 @@ def format_handle(handle):
     return "%x:" % (handle >> 16) if handle & 0xFFFF == 0 else format_classid(handle)
 
 
+def slice_path(name):
+    """Where systemd puts a slice: a dash is a level, so "ai-infer.slice" is
+    the cgroup ai.slice/ai-infer.slice (systemd.slice(5))."""
+    stem = name[:-len(".slice")]
+    parts = stem.split("-")
+    if stem == "" or "" in parts:
+        raise NetQosError("cgroup %r is not a slice name systemd would nest" % name)
+    return "/".join("-".join(parts[:i + 1]) + ".slice" for i in range(len(parts)))
+
+
 def normalize_cgroup(value, mount=None):
-    """A cgroup v2 path relative to the v2 root ("ai-infer.slice",
-    "/edge.slice/inference"); an absolute path under the v2 mount is cut to
-    that. Returns "" for none."""
+    """A cgroup v2 path relative to the v2 root ("edge.slice/inference",
+    "/system.slice/foo.service"); an absolute path under the v2 mount is cut
+    to that. A bare systemd slice name (no "/") is expanded the way systemd
+    nests slices: "ai-infer.slice" -> "ai.slice/ai-infer.slice". Returns ""
+    for none."""
     if value is None:
         return ""
     if not isinstance(value, str):
         raise NetQosError("cgroup %r is not a path" % (value,))
     text = value.strip()
+    if text.endswith(".slice") and "/" not in text:
+        return slice_path(text)
     if mount and (text == mount or text.startswith(mount.rstrip("/") + "/")):
         text = text[len(mount.rstrip("/")):]
     parts = [p for p in text.split("/") if p]
@@ -1108,10 +1122,19 @@ def cmd_check(args):
     finally:
         ipr.close()
     for settings, l2_len in prepared:
-        cgroup = resolve_cgroup(settings["cgroup"], settings["high_class"]) if settings["cgroup"] else None
+        missing = None
+        cgroup = None
+        if settings["cgroup"]:
+            try:
+                cgroup = resolve_cgroup(settings["cgroup"], settings["high_class"])
+            except NetQosError as exc:  # not an error for a check: apply will need it
+                missing = str(exc)
+                cgroup = {"id": 0, "level": len(settings["cgroup"].split("/")), "classid": settings["high_class"]}
         desired = desired_state(settings, source_text, l2_len, cgroup)
         live = read_live(settings["interface"])
         plan, diffs = compare(desired, live)
+        if missing:
+            diffs.insert(0, missing)
         results[settings["interface"]] = {"in_sync": not diffs, "differences": diffs,
                                           "foreign_root": plan["root"] == "foreign",
                                           "program": _program_summary(live)}
