@@ -89,6 +89,10 @@ options:
     description: The Python that has the distribution's python3-bpfcc and python3-pyroute2.
     type: path
     default: /usr/bin/python3
+  source:
+    description: The installed classifier source (C(bpf/edge_classifier.c)); its hash names the attached program.
+    type: path
+    default: /usr/local/share/edgetune/bpf/edge_classifier.c
 attributes:
   check_mode:
     description:
@@ -220,9 +224,10 @@ class Loader(object):
         self.module = module
         self.python = module.params["python"]
         self.path = module.params["loader"]
+        self.source = module.params["source"]
 
     def available(self):
-        return os.path.isfile(self.path) and os.access(self.python, os.X_OK)
+        return os.path.isfile(self.path) and os.path.isfile(self.source) and os.access(self.python, os.X_OK)
 
     def run(self, argv, stdin=None, ok=(0,)):
         cmd = [self.python, self.path] + argv
@@ -240,11 +245,13 @@ class Loader(object):
         return rc, out
 
     def check(self, config):
-        _rc, report = self.run(["check", "--config", "-", "--json"], stdin=json.dumps(config), ok=(0, 1))
+        _rc, report = self.run(["check", "--config", "-", "--source", self.source, "--json"],
+                               stdin=json.dumps(config), ok=(0, 1))
         return report["interfaces"]
 
     def apply(self, config, replace_root):
-        argv = ["apply", "--config", "-", "--json"] + (["--replace-root"] if replace_root else [])
+        argv = ["apply", "--config", "-", "--source", self.source, "--json"] + (
+            ["--replace-root"] if replace_root else [])
         return self.run(argv, stdin=json.dumps(config))[1]["interfaces"]
 
     def detach(self, names):
@@ -278,8 +285,8 @@ def run_present(module, loader, result):
             result["detached"] = dropped
             diff_file(module, result, path, before_text, after_text)
             return
-        raise NetQosModuleError("the loader %s (or %s) is missing; install it first (role edge_netqos)"
-                                % (loader.path, loader.python))
+        raise NetQosModuleError("the loader %s, the source %s or %s is missing; install them first (role edge_netqos)"
+                                % (loader.path, loader.source, loader.python))
     live = loader.check(config)
     present = loader.present_interfaces()
     if dropped and present is not None:
@@ -375,6 +382,7 @@ def main():
             config_file=dict(type="path", default="/etc/edgetune/netqos.json"),
             loader=dict(type="path", default="/usr/local/sbin/edgetune-netqos"),
             python=dict(type="path", default="/usr/bin/python3"),
+            source=dict(type="path", default="/usr/local/share/edgetune/bpf/edge_classifier.c"),
         ),
         supports_check_mode=True,
     )

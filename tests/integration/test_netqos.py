@@ -279,6 +279,34 @@ def test_sockets_of_a_cgroup_go_to_the_high_class(pair, test_cgroup):
     assert delta(mid, after)[HIGH][1] == 0 and delta(mid, after)[DEFAULT][1] >= 13
 
 
+TUN_HELPER = r"""
+import fcntl, os, socket, struct, subprocess, sys, time
+fd = os.open("/dev/net/tun", os.O_RDWR)   # the tun device lives while this fd is open
+fcntl.ioctl(fd, 0x400454CA, struct.pack("16sH", sys.argv[1].encode(), 0x0001 | 0x1000))  # TUNSETIFF, IFF_TUN|NO_PI
+subprocess.run(["ip", "addr", "add", "10.88.0.1/24", "dev", sys.argv[1]], check=True)
+subprocess.run(["ip", "link", "set", sys.argv[1], "up"], check=True)
+apply = subprocess.run([sys.executable, sys.argv[2], "apply", "-i", sys.argv[1], "--rate", "5mbit", "--ports", "8000"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+if apply.returncode:
+    sys.exit(apply.stderr)
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for port in [8000] * 7 + [9000] * 4:
+    sock.sendto(b"z" * 100, ("10.88.0.2", port))
+time.sleep(0.5)
+print(subprocess.run(["tc", "-s", "class", "show", "dev", sys.argv[1]], stdout=subprocess.PIPE,
+                     universal_newlines=True).stdout)
+"""
+
+
+def test_an_l3_device_without_ethernet_header_is_classified(pair):
+    """A tun device (link type none, like WireGuard): the program is built with EDGE_L2_LEN=0."""
+    out = pair.in_ns(pair.ns_a, [SYSTEM_PYTHON, "-c", TUN_HELPER, "nqtun" + pair.a[2:8], LOADER]).stdout
+    sent = dict(re.findall(r"class htb (\S+) .*\n Sent \d+ bytes (\d+) pkt", out))
+    assert sent[HIGH] == "7" and sent[DEFAULT] == "4", out
+    # 100 bytes payload + UDP 8 + IPv4 20, no link-layer header
+    assert re.search(r"class htb 1:10 .*\n Sent 896 bytes 7 pkt", out), out
+
+
 def test_apply_twice_is_the_same_state_and_one_filter(pair):
     first = applied(pair.apply())["interfaces"][0]
     state = pair.qdisc_state()
@@ -391,7 +419,7 @@ PLAY = """
 
 def run_module(pair, tmp_path, check=False, **args):
     """edge_netqos through ansible-playbook, inside namespace A, as the role calls it."""
-    params = dict({"loader": str(LOADER), "python": SYSTEM_PYTHON,
+    params = dict({"loader": str(LOADER), "python": SYSTEM_PYTHON, "source": str(ROOT / "bpf" / "edge_classifier.c"),
                    "config_file": str(tmp_path / "etc" / "netqos.json")}, **args)
     (tmp_path / "play.yml").write_text(PLAY)
     (tmp_path / "vars.json").write_text(json.dumps({"netqos_args": params}))
@@ -470,3 +498,100 @@ def test_module_bad_input_fails_with_one_message_and_changes_nothing(pair, tmp_p
     assert result.get("failed") is True and message in result["msg"], result.get("msg")
     assert "\n" not in result["msg"]
     assert pair.qdisc_state() == before and not (tmp_path / "etc" / "netqos.json").exists()
+
+
+# ---------------------------------------------------- the role, end to end
+
+ROLE_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  pre_tasks:
+    - name: Read the kernel features as preflight does
+      edge_facts:
+  roles:
+    - role: edge_netqos
+  post_tasks:
+    - name: Show the status
+      ansible.builtin.debug:
+        var: edge_netqos_status
+"""
+
+
+def run_role(pair, tmp_path, check=False, play=ROLE_PLAY, **extra):
+    """The edge_netqos role on this host, inside namespace A, with every path under tmp_path and
+    no systemd unit (the boot path is for the device), as ansible-playbook runs it."""
+    role_vars = dict({
+        "edge_netqos_interfaces": [{"name": pair.a, "rate": RATE}], "edge_netqos_ports": [INFER_PORT],
+        "edge_netqos_cgroup": "", "edge_netqos_persist": False, "edge_netqos_install_packages": False,
+        "edge_netqos_header_packages": [], "edge_netqos_python": SYSTEM_PYTHON,
+        "edge_netqos_config_file": str(tmp_path / "etc" / "netqos.json"),
+        "edge_netqos_loader_path": str(tmp_path / "sbin" / "edgetune-netqos"),
+        "edge_netqos_share_dir": str(tmp_path / "share"),
+        "ansible_python_interpreter": sys.executable}, **extra)
+    (tmp_path / "role.yml").write_text(play)
+    (tmp_path / "role-vars.json").write_text(json.dumps(role_vars))
+    (tmp_path / "sbin").mkdir(exist_ok=True)
+    argv = ["ansible-playbook", "-i", "localhost,", "-c", "local", "-e", "@%s" % (tmp_path / "role-vars.json"),
+            str(tmp_path / "role.yml")] + (["--check", "--diff"] if check else [])
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    out = pair.in_ns(pair.ns_a, argv, check=False, env=env, cwd=str(ROOT))
+    doc = json.JSONDecoder().raw_decode(out.stdout[out.stdout.index("{"):])[0]
+    tasks = dict((t["task"]["name"].split(" : ", 1)[-1], t["hosts"]["localhost"]) for t in doc["plays"][0]["tasks"])
+    return doc["stats"]["localhost"], tasks
+
+
+def failed(tasks):
+    return [(name, task.get("msg")) for name, task in tasks.items() if task.get("failed")]
+
+
+def test_role_check_mode_then_apply_then_idempotent_then_absent(pair, tmp_path):
+    before = pair.qdisc_state()
+    stats, tasks = run_role(pair, tmp_path, check=True)
+    assert stats["failures"] == 0 and stats["changed"] > 0
+    assert tasks["Show the status"]["edge_netqos_status"] == "applied on %s" % pair.a
+    assert pair.qdisc_state() == before and not (tmp_path / "etc").exists()
+    assert not (tmp_path / "sbin" / "edgetune-netqos").exists()
+
+    stats, tasks = run_role(pair, tmp_path)
+    assert stats["failures"] == 0, failed(tasks)
+    assert tasks["Set the classifier and the HTB classes on the interfaces"]["changed"] is True
+    assert (tmp_path / "share" / "edge_classifier.c").read_text() == (ROOT / "bpf" / "edge_classifier.c").read_text()
+    assert os.access(str(tmp_path / "sbin" / "edgetune-netqos"), os.X_OK)
+    counters = pair.counters()
+    pair.send_udp(INFER_PORT, 6)
+    assert delta(counters, pair.counters())[HIGH][1] == 6
+
+    state = pair.qdisc_state()
+    stats, _tasks = run_role(pair, tmp_path)
+    assert stats["changed"] == 0 and stats["failures"] == 0
+    stats, _tasks = run_role(pair, tmp_path, check=True)
+    assert stats["changed"] == 0 and pair.qdisc_state() == state
+
+    stats, tasks = run_role(pair, tmp_path, edge_netqos_state="absent")
+    assert stats["failures"] == 0 and tasks["Show the status"]["edge_netqos_status"] == "removed"
+    assert pair.qdisc_state() == before and not (tmp_path / "etc" / "netqos.json").exists()
+
+
+def test_role_reports_unsupported_kernels_and_changes_nothing(pair, tmp_path):
+    before = pair.qdisc_state()
+    features = {"bpf_syscall": True, "htb": False, "cls_bpf": False, "clsact": True, "sock_cgroup_data": True}
+    play = ROLE_PLAY.replace("""    - name: Read the kernel features as preflight does
+      edge_facts:
+""", """    - name: Read the kernel features as preflight does
+      edge_facts:
+    - name: Pretend the kernel lacks HTB and cls_bpf
+      ansible.builtin.set_fact:
+        ansible_facts: {edge: {kernel: {release: "5.10.120-tegra", features: %s}}}
+""" % json.dumps(features))
+    stats, tasks = run_role(pair, tmp_path, play=play)
+    assert stats["failures"] == 0
+    status = tasks["Show the status"]["edge_netqos_status"]
+    assert status == "unsupported: missing CONFIG_NET_SCH_HTB, CONFIG_NET_CLS_BPF in kernel 5.10.120-tegra"
+    assert "Set the classifier and the HTB classes on the interfaces" not in tasks or \
+        tasks["Set the classifier and the HTB classes on the interfaces"].get("skipped")
+    assert pair.qdisc_state() == before and not (tmp_path / "etc").exists()
+    stats, tasks = run_role(pair, tmp_path, play=play, edge_netqos_required=True)
+    assert stats["failures"] == 1
+    assert "CONFIG_NET_SCH_HTB" in tasks["Fail when the classifier is required"]["msg"]
+
