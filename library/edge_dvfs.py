@@ -109,7 +109,7 @@ options:
     description:
       - Fail when a policy, CPU or node is not on this board (the message lists the ones it
         has), or when a policy is inactive because all its CPUs are offline (AGX Orin MODE_30W
-        takes cpu8-11 offline). With V(false) such items are left out and listed in RV(skipped)
+        takes cpu8-11 offline). With V(false) such items are left out and listed in RV(left_out)
         (inactive policies still go into O(state_file)).
     type: bool
     default: true
@@ -169,8 +169,9 @@ RETURN = r"""
 settings:
   description:
     - Per kind (C(cpufreq), C(devfreq)) and name (C(policy4), C(dmc)) the directory, the
-      C(before) and C(after) values of C(governor), C(min_freq) and C(max_freq), and the writes
-      made (check mode, the writes that would be made) in order.
+      attributes the task manages (C(managed)), the C(before) and C(after) values of
+      C(governor), C(min_freq) and C(max_freq), and the writes made (check mode, the writes that
+      would be made) in order.
     - C(after) is read back from sysfs, or in check mode the planned values.
   returned: success, and on a write or read-back failure for what was done
   type: dict
@@ -178,16 +179,18 @@ settings:
     cpufreq:
       policy4:
         path: /sys/devices/system/cpu/cpufreq/policy4
+        managed: [governor, min_freq]
         before: {governor: schedutil, min_freq: 408000, max_freq: 2400000}
         after: {governor: performance, min_freq: 2400000, max_freq: 2400000}
         writes:
           - {file: scaling_governor, old: schedutil, new: performance}
           - {file: scaling_min_freq, old: 408000, new: 2400000}
     devfreq: {}
-skipped:
+left_out:
   description:
     - Items left out because O(fail_on_missing=false), with C(reason) V(missing) (not on this
       board) or V(inactive) (a policy whose CPUs are all offline).
+    - Not called C(skipped), a key Ansible reads as "the task was skipped".
   returned: always
   type: list
   elements: dict
@@ -278,6 +281,7 @@ class Target(object):
         files = dvfs.FILES[self.kind]
         return {
             "path": self.directory,
+            "managed": [a for a in dvfs.ATTRS if a in (self.final or {})],
             "before": self.current,
             "after": self.after,
             "writes": [{"file": files[a], "old": old, "new": new} for a, old, new in self.writes],
@@ -428,7 +432,7 @@ def run(root, cpufreq=(), devfreq=(), snap="exact", fail_on_missing=True, check_
         except (ValueError, OSError) as exc:
             errors.append(str(exc))
     if errors:
-        raise DvfsError(errors, skipped=skipped)
+        raise DvfsError(errors, left_out=skipped)
 
     done = []
     for target in targets:
@@ -439,14 +443,14 @@ def run(root, cpufreq=(), devfreq=(), snap="exact", fail_on_missing=True, check_
             apply_target(target)
         except (DvfsError, OSError, ValueError) as exc:
             messages = exc.errors if isinstance(exc, DvfsError) else [str(exc)]
-            raise DvfsError(messages, settings=_settings(done + [target]), skipped=skipped,
+            raise DvfsError(messages, settings=_settings(done + [target]), left_out=skipped,
                             changed=any(t.writes for t in done + [target])) from None
         done.append(target)
 
     result = {
         "changed": any(target.writes for target in targets),
         "settings": _settings(targets),
-        "skipped": skipped,
+        "left_out": skipped,
     }
     return result, targets + [target for target in selected if target.inactive]
 
@@ -579,7 +583,7 @@ def apply_state_file(path, root="/", out=sys.stdout, err=sys.stderr):
             err.write("edge_dvfs: error: %s entry %r: %s\n" % (kind, entry, exc))
             status = 1
             continue
-        for item in result["skipped"]:
+        for item in result["left_out"]:
             if item.get("reason") == "inactive":
                 out.write("edge_dvfs: %s left as it is: %s\n" % (item["name"], item["msg"]))
             else:

@@ -269,7 +269,10 @@ def test_apply_sets_governor_and_limits_and_is_idempotent(rk, capsys):
     assert [w["file"] for w in policy4["writes"]] == ["scaling_governor", "scaling_min_freq"]
     assert result["settings"]["devfreq"]["dmc"]["writes"] == [
         {"file": "governor", "old": "dmc_ondemand", "new": "performance"}]
-    assert result["skipped"] == []
+    assert policy4["managed"] == ["governor", "min_freq", "max_freq"]
+    assert result["settings"]["devfreq"]["dmc"]["managed"] == ["governor"]
+    assert result["settings"]["cpufreq"]["policy0"]["managed"] == ["max_freq"]
+    assert result["left_out"] == []
 
     before = snapshot(rk)
     again = run_module(args, capsys)
@@ -390,9 +393,9 @@ def test_missing_items_are_skipped_when_allowed(nx, capsys):
                                      {"policy": 4, "governor": "performance"}],
                          "devfreq": [{"node": "17000000.ga10b", "governor": "performance"}]}, capsys)
     assert result["changed"] is True
-    assert [(s["kind"], s["name"]) for s in result["skipped"]] == [
+    assert [(s["kind"], s["name"]) for s in result["left_out"]] == [
         ("cpufreq", "policy8"), ("devfreq", "17000000.ga10b")]
-    assert "present: 17000000.gpu" in result["skipped"][1]["msg"]
+    assert "present: 17000000.gpu" in result["left_out"][1]["msg"]
     assert value(policy_file(nx, 4, "scaling_governor")) == "performance"
 
 
@@ -408,7 +411,7 @@ def test_policy_with_all_cpus_offline_is_inactive(agx, capsys):
     assert snapshot(agx) == before
     result = run_module(dict(args, fail_on_missing=False), capsys)
     assert result["changed"] is True
-    assert result["skipped"][0]["name"] == "policy8"
+    assert result["left_out"][0]["name"] == "policy8"
     assert value(policy_file(agx, 0, "scaling_governor")) == "performance"
 
 
@@ -765,7 +768,7 @@ def test_inactive_policy_is_saved_for_the_boot_that_brings_its_cpus_online(agx, 
                         {"policy": 8, "governor": "performance", "max_freq": 2000000}]}
     before8 = {name: value(policy_file(agx, 8, name)) for name in ("scaling_governor", "scaling_max_freq")}
     result = run_module(args, capsys, diff=True)
-    assert result["skipped"] == [{"kind": "cpufreq", "name": "policy8", "reason": "inactive",
+    assert result["left_out"] == [{"kind": "cpufreq", "name": "policy8", "reason": "inactive",
                                   "msg": "policy8 is inactive: its cpus 8-11 are offline"}]
     assert sorted(result["settings"]["cpufreq"]) == ["policy4"]
     assert "policy8" not in result["diff"][0]["before"] + result["diff"][0]["after"]
@@ -785,7 +788,7 @@ def test_inactive_policy_is_saved_for_the_boot_that_brings_its_cpus_online(agx, 
 
     # The next Ansible run finds everything applied; the file now holds the resolved value.
     result = run_module(args, capsys)
-    assert result["skipped"] == []
+    assert result["left_out"] == []
     assert not any(item["writes"] for item in result["settings"]["cpufreq"].values())
     assert json.loads(state.read_text())["cpufreq"][1] == {
         "policy": 8, "governor": "performance", "max_freq": 1958400}

@@ -1,0 +1,172 @@
+"""Power and DVFS end state on a converged twin: read back from sysfs, kept across a reboot.
+
+Expectations come from the boards' documented hardware (HARDWARE.md sections 3-5: cpufreq
+policies per cluster, devfreq node names, nvpmodel mode names and caps), not from the role's
+profiles, so a wrong profile or role fails them.
+"""
+import json
+import subprocess
+import time
+
+import pytest
+from conftest import recap, run_site
+
+CPUFREQ = "/sys/devices/system/cpu/cpufreq/policy%d"
+DEVFREQ = "/sys/class/devfreq/%s"
+EMC_LOCK = "/sys/kernel/debug/bpmp/debug/clk/emc/mrq_rate_locked"
+
+POWER = {
+    # Orin NX 16GB, JetPack 6.2 "super" conf: MAXN_SUPER is the no-cap mode; 2 clusters, the
+    # second one runs inference; GPU devfreq node 17000000.gpu on r36; CPU top 1984000 kHz.
+    "orin-nx-16gb-r36": {"mode": "MAXN_SUPER", "inference": [4], "housekeeping": [0],
+                         "devfreq": ["17000000.gpu"], "cpu_top": 1984000},
+    # AGX Orin 64GB, r35: MAXN brings cpu8-11 online (MODE_30W, the default, has them offline);
+    # GPU node 17000000.ga10b on r35; CPU top 2201600 kHz.
+    "agx-orin-64gb-r35": {"mode": "MAXN", "inference": [4, 8], "housekeeping": [0],
+                          "devfreq": ["17000000.ga10b"], "cpu_top": 2201600},
+    # RK3588: policy0 = A55, policy4/policy6 = the A76 pairs; GPU, NPU and DDR devfreq nodes.
+    "rock5b-rk3588": {"mode": None, "inference": [4, 6], "housekeeping": [0],
+                      "devfreq": ["fb000000.gpu", "fdab0000.npu", "dmc"], "cpu_top": None},
+}
+
+
+@pytest.fixture
+def power(twin_board):
+    return POWER[twin_board]
+
+
+@pytest.fixture
+def jetson(power):
+    if power["mode"] is None:
+        pytest.skip("nvpmodel and jetson_clocks exist on Jetson boards only")
+    return power
+
+
+def read(host, path):
+    return host.file(path).content_string.strip()
+
+
+def sysfs_state(host, power):
+    """Every value the role manages or pins, as the board shows it."""
+    paths = []
+    for policy in power["inference"] + power["housekeeping"]:
+        paths += [CPUFREQ % policy + "/" + leaf for leaf in ("scaling_governor", "scaling_min_freq", "scaling_max_freq")]
+    for node in power["devfreq"]:
+        paths += [DEVFREQ % node + "/" + leaf for leaf in ("governor", "min_freq", "max_freq")]
+    if power["mode"]:
+        paths += [EMC_LOCK, "/var/lib/nvpmodel/status"]
+    out = host.check_output("for f in %s; do printf '%%s=%%s\\n' \"$f\" \"$(cat $f)\"; done" % " ".join(paths))
+    return dict(line.split("=", 1) for line in out.splitlines())
+
+
+def assert_tuned(host, power):
+    state = sysfs_state(host, power)
+    for policy in power["inference"]:
+        assert state[CPUFREQ % policy + "/scaling_governor"] == "performance", policy
+    for policy in power["housekeeping"]:
+        # Housekeeping clusters keep the board's default governor.
+        assert state[CPUFREQ % policy + "/scaling_governor"] == "schedutil", policy
+    for node in power["devfreq"]:
+        assert state[DEVFREQ % node + "/governor"] == "performance", node
+    if power["mode"]:
+        assert host.check_output("nvpmodel -q | grep -A1 'NV Power Mode:'").splitlines() == [
+            "NV Power Mode: %s" % power["mode"], "0"]
+        # jetson_clocks: every online cluster and the GPU pinned at the mode's top, EMC locked.
+        for policy in power["inference"] + power["housekeeping"]:
+            assert state[CPUFREQ % policy + "/scaling_min_freq"] == str(power["cpu_top"]), policy
+            assert state[CPUFREQ % policy + "/scaling_max_freq"] == str(power["cpu_top"]), policy
+        for node in power["devfreq"]:
+            top = max(int(f) for f in read(host, DEVFREQ % node + "/available_frequencies").split())
+            assert state[DEVFREQ % node + "/min_freq"] == state[DEVFREQ % node + "/max_freq"] == str(top), node
+        assert state[EMC_LOCK] == "1"
+    return state
+
+
+def test_governors_and_limits_read_back(host, power):
+    assert_tuned(host, power)
+
+
+def test_power_mode_and_pinned_clocks_on_jetson(host, jetson):
+    # nvpmodel records the mode it applies at boot (nvpmodel.service runs nvpmodel -f).
+    mode_ids = {"MAXN": "0000", "MAXN_SUPER": "0000"}
+    assert read(host, "/var/lib/nvpmodel/status").startswith("pmode:%s" % mode_ids[jetson["mode"]])
+    assert "MaxFreq" in host.check_output("jetson_clocks --show")
+    assert host.file("/var/lib/edgetune/jetson_clocks.conf").is_file
+
+
+def test_rockchip_skips_the_jetson_tools(host, power):
+    if power["mode"] is not None:
+        pytest.skip("a Jetson board")
+    assert not host.exists("nvpmodel")
+    assert "edge_jetson_clocks" not in host.file("/etc/systemd/system/edgetune-power.service").content_string
+
+
+def test_boot_unit_is_enabled_and_ran(host, power):
+    unit = host.service("edgetune-power.service")
+    assert unit.is_enabled
+    assert host.check_output("systemctl is-active edgetune-power.service") == "active"
+    content = host.file("/etc/systemd/system/edgetune-power.service").content_string
+    assert "--apply-state /etc/edgetune/power.json" in content
+    if power["mode"]:
+        assert "After=nvpmodel.service" in content
+    doc = json.loads(host.file("/etc/edgetune/power.json").content_string)
+    assert sorted(e["policy"] for e in doc["cpufreq"]) == power["inference"]
+    assert sorted(e["node"] for e in doc["devfreq"]) == sorted(power["devfreq"])
+
+
+def _docker(*argv):
+    return subprocess.run(["docker"] + list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, check=False)
+
+
+def reboot_twin(name, timeout=240):
+    """Reboot as a board reboots; wait for a new boot id and for systemd to finish booting."""
+    before = _docker("exec", name, "cat", "/proc/sys/kernel/random/boot_id").stdout.strip()
+    assert before
+    _docker("exec", name, "systemctl", "reboot")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = _docker("exec", name, "cat", "/proc/sys/kernel/random/boot_id").stdout.strip()
+        if now and now != before:
+            state = _docker("exec", name, "systemctl", "is-system-running", "--wait").stdout.strip()
+            if state in ("running", "degraded"):
+                return state
+        time.sleep(2)
+    raise AssertionError("%s did not come back from the reboot within %d s" % (name, timeout))
+
+
+def test_reboot_restores_the_tuning_without_ansible(host, power):
+    name = host.backend.host
+    # The twin powers on with untuned sysfs: the boot unit alone must bring the tuning back.
+    reboot_twin(name)
+    assert host.check_output("systemctl is-active edgetune-power.service") == "active"
+    log = host.check_output("journalctl -b -u edgetune-power.service --no-pager -o cat")
+    for policy in power["inference"]:
+        assert "edge_dvfs: policy%d scaling_governor:" % policy in log
+    assert_tuned(host, power)
+
+
+def test_hand_changed_governor_is_reported_by_check_mode(host, power):
+    path = CPUFREQ % power["inference"][0] + "/scaling_governor"
+    host.run_expect([0], "echo schedutil > %s" % path)
+    try:
+        result = run_site(host, "--check")
+        stats = recap(result.stdout, host.backend.host)
+        assert stats["failed"] == 0, result.stdout[-3000:]
+        assert stats["changed"] > 0, result.stdout[-3000:]
+        assert "edge_power : Set the cpufreq and devfreq governors and limits" in result.stdout
+        assert read(host, path) == "schedutil"  # check mode wrote nothing
+    finally:
+        host.run_expect([0], "echo performance > %s" % path)
+    assert_tuned(host, power)
+
+
+def test_bad_input_fails_once_and_changes_nothing(host, power):
+    before = sysfs_state(host, power)
+    bad = {"edge_power_cpufreq": [{"policy": power["inference"][0], "governor": "turbo"}],
+           "edge_power_devfreq": [{"node": power["devfreq"][0], "governor": "powersave"}]}
+    result = run_site(host, "-e", json.dumps(bad))
+    stats = recap(result.stdout, host.backend.host)
+    assert stats["failed"] == 1, result.stdout[-3000:]
+    assert "governor 'turbo' not available on policy%d; available:" % power["inference"][0] in result.stdout
+    assert sysfs_state(host, power) == before
