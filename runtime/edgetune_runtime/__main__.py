@@ -1,0 +1,5 @@
+import sys
+
+from edgetune_runtime.server import main
+
+sys.exit(main())
