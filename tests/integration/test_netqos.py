@@ -595,3 +595,18 @@ def test_role_reports_unsupported_kernels_and_changes_nothing(pair, tmp_path):
     assert stats["failures"] == 1
     assert "CONFIG_NET_SCH_HTB" in tasks["Fail when the classifier is required"]["msg"]
 
+
+
+def test_the_boot_unit_command_applies_one_interface_of_the_config(pair, tmp_path):
+    """edgetune-netqos@<if>.service runs `apply --config FILE --interface <if> --source ...`."""
+    config = tmp_path / "netqos.json"
+    config.write_text(json.dumps({"managed_by": "edgetune edge_netqos", "version": 1, "ports": [INFER_PORT],
+                                  "interfaces": {pair.a: {"rate": RATE}, "wlan9": {"rate": "1mbit"}}}))
+    source = ROOT / "bpf" / "edge_classifier.c"
+    result = pair.loader("apply", "--config", str(config), "--interface", pair.a, "--source", str(source))
+    assert result.returncode == 0, result.stderr
+    assert "qdisc htb 1: root" in pair.qdisc_state()[0]
+    again = pair.loader("apply", "--config", str(config), "--interface", pair.a, "--source", str(source))
+    assert again.stdout.strip() == "%s: already in the desired state" % pair.a
+    whole = pair.loader("apply", "--config", str(config))  # every interface of the file: wlan9 is not here
+    assert whole.returncode == 2 and "interface wlan9 not found" in whole.stderr
