@@ -22,11 +22,11 @@ description:
     cgroup together hold no more than the cgroup itself; the module checks that on every level
     first (including the siblings' budgets) and writes nothing when it does not fit.
   - It never writes systemd's root cgroup. When that root has no budget to give (a container
-    started without one: Docker gives its containers C(cpu.rt_runtime_us=0)) the module does not
-    fail: it reports RV(ready=false) and the reason, with the fix (Docker's C(--cpu-rt-runtime)).
+    started without one, as Docker gives its containers C(cpu.rt_runtime_us=0)) the module does not
+    fail; it reports RV(ready=false) and the reason, with the fix (Docker's C(--cpu-rt-runtime)).
   - Without RT group scheduling any cgroup may run SCHED_FIFO (throttled only by
-    C(kernel.sched_rt_runtime_us)): RV(ready=true), nothing written. On cgroup v2 there is no RT
-    budget file: with RT group scheduling the slice cannot run SCHED_FIFO once systemd enables the
+    C(kernel.sched_rt_runtime_us)), so RV(ready=true) and nothing is written. On cgroup v2 there is
+    no RT budget file, so with RT group scheduling the slice cannot run SCHED_FIFO once systemd enables the
     cpu controller for it (RV(ready=false), reason given).
 version_added: "0.1.0"
 author:
@@ -51,7 +51,7 @@ options:
   state_file:
     description:
       - Save the slice and budget to this JSON file (only when ready, atomically, only when its
-        content changes) for the boot-time unit C(edge_cgroup_rt.py --apply-state FILE): a slice's
+        content changes) for the boot-time unit C(edge_cgroup_rt.py --apply-state FILE), since a slice's
         cgroup is created again at every boot with a budget of 0. Not written in check mode.
     type: path
   root:
@@ -73,7 +73,7 @@ attributes:
     platforms: posix
 notes:
   - The slice must be active (its cgroup created) with a cpu setting (C(CPUQuota=), C(CPUWeight=)).
-    A service in the slice that sets its own cpu settings gets its own cpu cgroup (budget 0):
+    A service in the slice that sets its own cpu settings gets its own cpu cgroup (budget 0), so
     RT services in the slice should not set C(CPUQuota=)/C(CPUWeight=)/C(CPUAccounting=) themselves on v1.
 """
 
