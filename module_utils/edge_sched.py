@@ -62,7 +62,7 @@ def thread_mismatches(threads, policy=None, priority=None, cpus=None):
         wrong = []
         if policy and t["policy"] != policy:
             wrong.append("policy %s (expected %s)" % (t["policy"], policy))
-        if priority is not None and policy in ("fifo", "rr") and t["rt_priority"] != priority:
+        if priority is not None and policy in ("fifo", "rr") and t["policy"] == policy and t["rt_priority"] != priority:
             wrong.append("priority %d (expected %d)" % (t["rt_priority"], priority))
         if cpus is not None and sorted(t["cpus"]) != sorted(cpus):
             wrong.append("CPUs %s (expected %s)" % (fmt(t["cpus"]), fmt(cpus)))
@@ -164,9 +164,15 @@ def port_holders(port, proc="/proc"):
     for pid in (int(p) for p in os.listdir(proc) if p.isdigit()):
         fd_dir = "%s/%d/fd" % (proc, pid)
         try:
-            links = [os.readlink(os.path.join(fd_dir, fd)) for fd in os.listdir(fd_dir)]
+            fds = os.listdir(fd_dir)
         except OSError:
             continue
+        links = []
+        for fd in fds:
+            try:
+                links.append(os.readlink(os.path.join(fd_dir, fd)))
+            except OSError:
+                continue  # closed meanwhile (listdir's own descriptor, for one)
         if any(link.startswith("socket:[") and link[8:-1] in inodes for link in links):
             try:
                 comm = _read("%s/%d/comm" % (proc, pid)).strip()

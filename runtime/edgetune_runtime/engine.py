@@ -100,14 +100,14 @@ class Engine:
             what = "layer %d" % index
             try:
                 n_in, n_out = int(layer["in"]), int(layer["out"])
+                if n_in != width:
+                    raise EngineError("%s takes %d inputs but the previous layer gives %d" % (what, n_in, width))
                 w_scale, b_scale = int(layer["weight_scale"]), int(layer["bias_scale"])
                 activation = layer.get("activation", "none")
                 weights = _signed_bytes(layer["weights"], n_in * n_out, what + " weights")
                 bias = _signed_bytes(layer["bias"], n_out, what + " bias")
-            except (KeyError, TypeError) as exc:
+            except (KeyError, TypeError, ValueError) as exc:
                 raise EngineError("%s: field %s missing or invalid" % (what, exc)) from None
-            if n_in != width:
-                raise EngineError("%s takes %d inputs but the previous layer gives %d" % (what, n_in, width))
             if activation not in ("relu", "none"):
                 raise EngineError("%s: unknown activation %r" % (what, activation))
             if w_scale <= 0 or b_scale <= 0:
