@@ -30,14 +30,14 @@ options:
     description:
       - Interfaces to manage, each a name or a mapping with C(name) and any of O(rate),
         O(high_rate), O(default_rate), O(ports), O(cgroup), O(high_class), O(default_class) for this
-        interface only.
+        interface only (and O(high_ceil), O(default_ceil)).
     type: list
     elements: raw
     default: []
   rate:
     description:
-      - Link rate (tc notation, for example V(100mbit)) of class C(1:1) and the ceiling of both leaves,
-        for interfaces that do not give their own. Set it a little below what the link really carries,
+      - Link rate (tc notation, for example V(100mbit)) of class C(1:1), for interfaces that do not give
+        their own. Set it a little below what the link really carries,
         so that the queue builds up in HTB, where the classes act, and not in the device or beyond.
     type: str
   high_rate:
@@ -48,6 +48,14 @@ options:
     description: Guaranteed rate of the default class, a rate, a percentage, or V(rest) (O(rate) minus O(high_rate)).
     type: str
     default: rest
+  high_ceil:
+    description: What the inference class may borrow up to (HTB ceil), a rate or a percentage of O(rate).
+    type: str
+    default: 100%
+  default_ceil:
+    description: What the default class may borrow up to (HTB ceil), a rate or a percentage of O(rate).
+    type: str
+    default: 100%
   ports:
     description: TCP and UDP ports (destination or source) of inference traffic, at most 16; ranges like V(9000-9003).
     type: list
@@ -159,7 +167,8 @@ import os  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.edge_fileio import atomic_write  # noqa: E402
 
-SETTING_KEYS = ("rate", "high_rate", "default_rate", "ports", "cgroup", "high_class", "default_class")
+SETTING_KEYS = ("rate", "high_rate", "default_rate", "high_ceil", "default_ceil", "ports", "cgroup", "high_class",
+                "default_class")
 MANAGED_BY = "edgetune edge_netqos"
 
 
@@ -373,6 +382,8 @@ def main():
             rate=dict(type="str"),
             high_rate=dict(type="str", default="20%"),
             default_rate=dict(type="str", default="rest"),
+            high_ceil=dict(type="str", default="100%"),
+            default_ceil=dict(type="str", default="100%"),
             ports=dict(type="list", elements="raw", default=[]),
             cgroup=dict(type="str", default=""),
             high_class=dict(type="str", default="1:10"),

@@ -326,10 +326,14 @@ def test_apply_twice_is_the_same_state_and_one_filter(pair):
 
 def test_changed_ports_and_rates_are_updated_in_place(pair):
     first = applied(pair.apply())["interfaces"][0]
-    report = applied(pair.loader("apply", "-i", pair.a, "--rate", "6mbit", "--ports", "8000,8001", "--json"))
+    report = applied(pair.loader("apply", "-i", pair.a, "--rate", "6mbit", "--ports", "8000,8001",
+                                 "--high-ceil", "3mbit", "--json"))
     rep = report["interfaces"][0]
     assert rep["changed"] and rep["program"]["id"] == first["program"]["id"]  # maps updated, not reloaded
-    assert "rate 6Mbit" in pair.tc("class", "show", "dev", pair.a)
+    classes = pair.tc("class", "show", "dev", pair.a)
+    assert re.search(r"class htb 1:1 root rate 6Mbit ceil 6Mbit", classes), classes
+    assert re.search(r"class htb 1:10 parent 1:1 prio 0 rate 1200Kbit ceil 3Mbit", classes), classes
+    assert re.search(r"class htb 1:20 parent 1:1 prio 1 rate 4800Kbit ceil 6Mbit", classes), classes
     before = pair.counters()
     pair.send_udp(8001, 9)
     assert delta(before, pair.counters())[HIGH][1] == 9

@@ -173,7 +173,14 @@ def test_cgroup2_mount_found_in_mountinfo(tmp_path, text, expected):
 def test_resolve_defaults_split_the_link_rate():
     got = bpf.resolve("eth0", overrides={"rate": "100mbit", "ports": "8000"})
     assert got == {"interface": "eth0", "rate": 12500000, "high_rate": 2500000, "default_rate": 10000000,
+                   "high_ceil": 12500000, "default_ceil": 12500000,
                    "high_class": 0x10010, "default_class": 0x10020, "ports": [8000], "cgroup": ""}
+
+
+def test_resolve_ceilings_from_percentages_and_rates():
+    got = bpf.resolve("eth0", overrides={"rate": "100mbit", "ports": "8000", "high_ceil": "50%",
+                                         "default_ceil": "90mbit"})
+    assert (got["high_ceil"], got["default_ceil"]) == (6250000, 11250000)
 
 
 def test_resolve_precedence_defaults_config_interface_overrides():
@@ -195,6 +202,9 @@ def test_resolve_precedence_defaults_config_interface_overrides():
     ({"rate": "10mbit", "ports": "8000", "high_rate": "100%"}, "leave some for the default class"),
     ({"rate": "10mbit", "ports": "8000", "high_rate": "6mbit", "default_rate": "5mbit"}, "exceed the link rate"),
     ({"rate": "10mbit", "ports": "8000", "high_class": "1:20"}, "are both 1:20"),
+    ({"rate": "10mbit", "ports": "8000", "high_ceil": "1mbit"}, "high_ceil 1mbit must lie between the class rate"),
+    ({"rate": "10mbit", "ports": "8000", "default_ceil": "20mbit"}, "and the link rate 10mbit"),
+    ({"rate": "10mbit", "ports": "8000", "default_ceil": "0"}, "default_ceil '0' is zero"),
     ({"rate": "10mbit"}, "nothing to classify"),
     ({"rate": "10mbit", "ports": "8000,x"}, "invalid port 'x'"),
 ])

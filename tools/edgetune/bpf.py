@@ -55,6 +55,8 @@ DEFAULTS = {
     "rate": None,
     "high_rate": "20%",
     "default_rate": "rest",
+    "high_ceil": "100%",
+    "default_ceil": "100%",
     "high_class": "1:10",
     "default_class": "1:20",
     "ports": [],
@@ -281,6 +283,12 @@ def resolve(ifname, config=None, overrides=None, mount=None):
         if high_rate + default_rate > rate:
             raise NetQosError("high_rate %s + default_rate %s exceed the link rate %s"
                               % (format_rate(high_rate), format_rate(default_rate), format_rate(rate)))
+        high_ceil = parse_rate(raw["high_ceil"], rate, what="high_ceil")
+        default_ceil = parse_rate(raw["default_ceil"], rate, what="default_ceil")
+        for name, ceil, floor in (("high", high_ceil, high_rate), ("default", default_ceil, default_rate)):
+            if not floor <= ceil <= rate:
+                raise NetQosError("%s_ceil %s must lie between the class rate %s and the link rate %s"
+                                  % (name, format_rate(ceil), format_rate(floor), format_rate(rate)))
         high_class = parse_classid(raw["high_class"], "high_class")
         default_class = parse_classid(raw["default_class"], "default_class")
         if high_class == default_class:
@@ -292,6 +300,7 @@ def resolve(ifname, config=None, overrides=None, mount=None):
     if not ports and not cgroup:
         raise NetQosError(where + "nothing to classify: give ports and/or a cgroup")
     return {"interface": ifname, "rate": rate, "high_rate": high_rate, "default_rate": default_rate,
+            "high_ceil": high_ceil, "default_ceil": default_ceil,
             "high_class": high_class, "default_class": default_class, "ports": ports, "cgroup": cgroup}
 
 
@@ -678,9 +687,11 @@ def desired_state(settings, source_text, l2_len, cgroup=None):
         "default_minor": settings["default_class"] & 0xFFFF,
         "classes": {
             PARENT_CLASS: {"parent": TC_H_ROOT, "rate": rate, "ceil": rate, "prio": 0, "leaf": False},
-            settings["high_class"]: {"parent": PARENT_CLASS, "rate": settings["high_rate"], "ceil": rate,
+            settings["high_class"]: {"parent": PARENT_CLASS, "rate": settings["high_rate"],
+                                     "ceil": settings["high_ceil"],
                                      "prio": 0, "leaf": True},
-            settings["default_class"]: {"parent": PARENT_CLASS, "rate": settings["default_rate"], "ceil": rate,
+            settings["default_class"]: {"parent": PARENT_CLASS, "rate": settings["default_rate"],
+                                        "ceil": settings["default_ceil"],
                                         "prio": 1, "leaf": True},
         },
         "cflags": cflags,
@@ -1077,6 +1088,7 @@ def _targets(args, config):
 
 def _settings_for(args, config, names):
     overrides = {"rate": args.rate, "high_rate": args.high_rate, "default_rate": args.default_rate,
+                 "high_ceil": args.high_ceil, "default_ceil": args.default_ceil,
                  "high_class": args.high_class, "default_class": args.default_class,
                  "ports": args.ports, "cgroup": args.cgroup}
     return [resolve(name, config, overrides, cgroup2_mount()) for name in names]
@@ -1213,9 +1225,11 @@ def build_parser(parser, wrap=None):
         p.add_argument("--json", action="store_true", help="machine-readable output")
 
     def settings(p):
-        p.add_argument("--rate", help="link rate for class 1:1 and every ceil, e.g. 100mbit (required)")
+        p.add_argument("--rate", help="link rate for class 1:1, e.g. 100mbit (required)")
         p.add_argument("--high-rate", help="guaranteed rate of the inference class (default 20%%)")
         p.add_argument("--default-rate", help="guaranteed rate of the default class (default: the rest)")
+        p.add_argument("--high-ceil", help="what the inference class may borrow up to (default 100%%: the link)")
+        p.add_argument("--default-ceil", help="what the default class may borrow up to (default 100%%)")
         p.add_argument("--ports", help="inference TCP/UDP ports, e.g. 8000,50051,9000-9002 (at most 16)")
         p.add_argument("--cgroup", help="cgroup v2 path under the v2 root whose sockets are inference, "
                                         "e.g. ai-infer.slice")
