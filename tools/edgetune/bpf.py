@@ -845,8 +845,10 @@ def _fault(step):
 
 
 def _htb_class(ipr, command, index, classid, want):
+    # An explicit quantum inside the kernel's bounds (1000..200000 bytes) spares the
+    # "quantum of class ... is big/small" warnings that rate/r2q gives on fast/slow links.
     ipr.tc(command, "htb", index, classid, parent=ROOT_HANDLE if want["parent"] == TC_H_ROOT else want["parent"],
-           rate=want["rate"], ceil=want["ceil"], prio=want["prio"])
+           rate=want["rate"], ceil=want["ceil"], prio=want["prio"], quantum=max(1514, min(want["rate"] // 10, 200000)))
 
 
 def _build_tree(ipr, index, desired, command):
@@ -1264,6 +1266,9 @@ def run(args):
         return 2
     except PermissionError as exc:
         print("edgetune-netqos: error: %s: run as root" % exc, file=sys.stderr)
+        return 2
+    except Exception as exc:  # one line, not a traceback; nothing after the failing step was done
+        print("edgetune-netqos: error: unexpected %s: %s" % (type(exc).__name__, exc), file=sys.stderr)
         return 2
 
 
