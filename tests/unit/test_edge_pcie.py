@@ -641,6 +641,20 @@ def test_write_refused_by_the_kernel_names_the_register(twin_link, monkeypatch, 
                              " Operation not permitted")
 
 
+def test_device_that_drops_off_the_bus_is_an_error(twin_link, monkeypatch, capsys):
+    root, (rp, ep) = twin_link
+    fake = LinkPartner([rp, ep])
+
+    def write_then_vanish(path, offset, value):
+        fake(path, offset, value)
+        if os.path.realpath(path) == str(ep) and offset == 0x168:
+            Path(ep).write_bytes(b"\xff" * 4096)  # config reads of a device that is gone
+    monkeypatch.setattr(pcie, "write_register", write_then_vanish)
+    result = run_module(dict(NVME_TC1, sysfs_root=str(root), timeout=0.05), capsys)
+    assert result["failed"] and result["changed"] is True
+    assert "0001:01:00.0 (device) no longer shows its VC capability at 0x148" in result["msg"]
+
+
 def test_writer_never_creates_files(tmp_path):
     with pytest.raises(FileNotFoundError):
         pcie.write_register(str(tmp_path / "config"), 0x15C, 1)
