@@ -48,11 +48,10 @@ class CallbackModule(CallbackBase):
             entry["changed"].append(result._task.get_name())
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
-        if not ignore_errors:
-            self.host(result)["state"] = "FAILED"
+        self.host(result)
 
     def v2_runner_on_unreachable(self, result):
-        self.host(result)["state"] = "UNREACHABLE"
+        self.host(result)
 
     def v2_playbook_on_stats(self, stats):
         if os.environ.get("EDGETUNE_NO_SUMMARY"):  # machine-readable runs (edgetune audit)
@@ -60,6 +59,10 @@ class CallbackModule(CallbackBase):
         self._display.banner("EDGETUNE FLEET SUMMARY")
         for name in sorted(self.hosts):
             entry = self.hosts[name]
+            # The play's own count: a failure a block rescued is not a failed host.
+            counts = stats.summarize(name)
+            entry["state"] = ("UNREACHABLE" if counts["unreachable"] else
+                              "FAILED" if counts["failures"] else "ok")
             if entry["board"] == "?" and entry["state"] == "ok":
                 continue  # not a device (e.g. localhost in molecule's create step)
             changes = ", ".join(entry["changed"]) if entry["changed"] else "no change"
