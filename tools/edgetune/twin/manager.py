@@ -110,7 +110,13 @@ def ensure_engine(say=print):
         apt_install("docker.io")
     say("starting dockerd")
     log = open("/var/log/edgetune-dockerd.log", "ab")
-    subprocess.Popen(["dockerd"], stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+    argv = ["dockerd"]
+    # RT time for the twins' parent cgroup (Docker's cgroup gets cpu.rt_runtime_us=0
+    # otherwise, and SCHED_FIFO in a twin fails with EPERM; role edge_cgroups). Only
+    # where the kernel has RT group scheduling on cgroup v1 (elsewhere there is no budget to set).
+    if glob.glob("/sys/fs/cgroup/cpu*/cpu.rt_runtime_us"):
+        argv.append("--cpu-rt-runtime=900000")
+    subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 60
     while time.time() < deadline:
         if engine_answers():
