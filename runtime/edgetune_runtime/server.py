@@ -30,7 +30,7 @@ EXIT_LISTEN = 5
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 POLICIES = {0: "other", 1: "fifo", 2: "rr", 3: "batch", 5: "idle", 6: "deadline"}
 PR_SET_NAME = 15
-MCL_CURRENT, MCL_FUTURE = 1, 2
+MCL_CURRENT = 1
 
 
 def log(message):
@@ -455,9 +455,11 @@ def parse_args(argv):
 
 
 def lock_memory():
+    """Lock what is mapped now (code, engine, warmed-up heap). Not MCL_FUTURE: with a bounded
+    LimitMEMLOCK it would make later mappings (thread stacks, malloc arenas) fail."""
     if LIBC is None:
         return False
-    if LIBC.mlockall(MCL_CURRENT | MCL_FUTURE) != 0:
+    if LIBC.mlockall(MCL_CURRENT) != 0:
         log("mlockall failed (%s): pages may fault under memory pressure; raise LimitMEMLOCK"
             % os.strerror(ctypes.get_errno()))
         return False

@@ -1,0 +1,333 @@
+"""The deployed inference runtime: answering, scheduled as claimed, idempotent,
+upgradable, and rolled back by its gates.
+
+Expectations come from the runtime's contract (runtime/README.md) and the
+boards' documented CPUs (conftest.EXPECTED), checked in /proc and systemd, not
+from the role's variables. Twins share the host kernel: where it refuses
+SCHED_FIFO (Docker gives a container's cgroup no RT budget) or the inference
+CPUs (the host has fewer), the deploy must say so and must not claim them;
+the FIFO assertions are then skipped with the kernel's reason.
+"""
+import json
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from conftest import recap
+
+PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
+UNIT = "edgetune-runtime.service"
+ROOT = "/opt/edgetune"
+PORT = 8470
+
+
+def deployed_by_this_scenario():
+    """The deploy runs in a scenario whose converge imports playbooks/deploy.yml (directly or via site.yml)."""
+    texts = [(PROJECT / "site.yml").read_text()]
+    scenario = os.environ.get("MOLECULE_SCENARIO_DIRECTORY")
+    if scenario and (Path(scenario) / "converge.yml").exists():
+        texts.append((Path(scenario) / "converge.yml").read_text())
+    return any("deploy.yml" in text for text in texts)
+
+
+pytestmark = pytest.mark.skipif(not deployed_by_this_scenario(),
+                                reason="playbooks/deploy.yml is not imported by site.yml (nor by this scenario's "
+                                       "converge) yet: the runtime is not deployed here")
+
+
+def run_deploy(host, *extra):
+    """preflight + deploy against this one twin, as a user deploys a release."""
+    argv = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], "-l", host.backend.host,
+            str(PROJECT / "playbooks" / "preflight.yml"), str(PROJECT / "playbooks" / "deploy.yml")] + list(extra)
+    result = subprocess.run(argv, cwd=str(PROJECT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            universal_newlines=True, check=False,
+                            env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0"))
+    return result.stdout
+
+
+def flat(text):
+    """Ansible's YAML output wraps long messages: compare with whitespace collapsed."""
+    return " ".join(text.split())
+
+
+def on_device(host, code):
+    """Run Python on the twin with its system interpreter; returns parsed JSON printed by ``code``."""
+    out = host.check_output("python3 -c %s" % _quote(code))
+    return json.loads(out)
+
+
+def _quote(text):
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+HTTP = ("import json, urllib.request\n"
+        "def get(path, port=%d):\n"
+        "    try:\n"
+        "        r = urllib.request.urlopen('http://127.0.0.1:%%d%%s' %% (port, path), timeout=10)\n"
+        "        return r.status, json.loads(r.read())\n"
+        "    except urllib.error.HTTPError as e:\n"
+        "        return e.code, json.loads(e.read())\n"
+        "def post(body, port=%d):\n"
+        "    r = urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:%%d/infer' %% port,\n"
+        "        data=json.dumps(body).encode(), headers={'Content-Type': 'application/json'}), timeout=10)\n"
+        "    return r.status, json.loads(r.read())\n" % (PORT, PORT))
+
+
+def health(host, port=PORT):
+    return on_device(host, HTTP + "print(json.dumps(get('/healthz', %d)))" % port)
+
+
+def current_release(host):
+    return host.check_output("readlink %s/current" % ROOT)
+
+
+def main_pid(host):
+    return int(host.check_output("systemctl show -p MainPID --value %s" % UNIT))
+
+
+def thread_sched(host, pid):
+    """[(comm, policy number, rt priority, Cpus_allowed_list)] from /proc/<pid>/task/*."""
+    code = ("import os, json, re\n"
+            "out = []\n"
+            "for tid in sorted(os.listdir('/proc/%d/task'), key=int):\n"
+            "    stat = open('/proc/%d/task/%%s/stat' %% tid).read()\n"
+            "    fields = stat[stat.rindex(')') + 2:].split()\n"
+            "    status = open('/proc/%d/task/%%s/status' %% tid).read()\n"
+            "    cpus = re.search(r'Cpus_allowed_list:\\s*(\\S+)', status).group(1)\n"
+            "    out.append([stat[stat.index('(') + 1:stat.rindex(')')], int(fields[38]), int(fields[37]), cpus])\n"
+            "print(json.dumps(out))\n" % (pid, pid, pid))
+    return on_device(host, code)
+
+
+def fifo_refusal(host):
+    """None when a unit in ai-infer.slice gets SCHED_FIFO on this host, else the kernel's reason."""
+    probe = host.run("systemd-run --quiet --wait --collect -p Slice=ai-infer.slice -p CPUSchedulingPolicy=fifo "
+                     "-p CPUSchedulingPriority=40 /bin/true")
+    if probe.rc == 0:
+        return None
+    chain = host.run("cat /sys/fs/cgroup/cpu/docker/cpu.rt_runtime_us "
+                     "/sys/fs/cgroup/cpu,cpuacct/docker/cpu.rt_runtime_us")
+    return ("SCHED_FIFO refused in ai-infer.slice (systemd exit status %d): the twin's Docker cgroup has "
+            "cpu.rt_runtime_us = %s (no RT budget; Docker's --cpu-rt-runtime is not in use)"
+            % (probe.rc, chain.stdout.split()[0] if chain.stdout.split() else "unknown"))
+
+
+def kernel_cpus(host):
+    stat = host.file("/proc/stat").content_string
+    return sorted(int(m) for m in re.findall(r"^cpu(\d+) ", stat, re.M))
+
+
+def cpulist(text):
+    cpus = []
+    for part in text.split(","):
+        a, _, b = part.partition("-")
+        cpus += list(range(int(a), int(b or a) + 1))
+    return cpus
+
+
+# ------------------------------------------------------------------ end state
+def test_runtime_answers_with_the_engines_golden_result(host):
+    assert host.service(UNIT).is_running and host.service(UNIT).is_enabled
+    status, body = health(host)
+    assert status == 200 and body["status"] == "ready" and body["warmup"]["golden_checked"] >= 1
+    model = json.loads(host.file("%s/current/engine/model.json" % ROOT).content_string)
+    golden = model["golden"][0]
+    status, answer = on_device(host, HTTP + "print(json.dumps(post({'sample': %d})))" % golden["sample"])
+    assert status == 200
+    assert answer["outputs"][0]["logits"] == golden["logits"] and answer["outputs"][0]["class"] == golden["class"]
+    metrics = host.check_output("python3 -c %s" % _quote(
+        "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:%d/metrics').read().decode())" % PORT))
+    assert re.search(r'^edgetune_inference_duration_seconds_bucket\{le="\+Inf"\} [1-9]\d*$', metrics, re.M)
+
+
+def test_release_layout(host):
+    release = current_release(host)
+    assert re.match(r"^releases/[0-9][A-Za-z0-9._+-]*$", release)
+    record = json.loads(host.file("%s/%s/release.json" % (ROOT, release)).content_string)
+    for kind in ("runtime", "engine"):
+        sha = host.check_output("sha256sum /var/cache/edgetune/artifacts/%s" % record["artifacts"][kind]["file"])
+        assert sha.split()[0] == record["artifacts"][kind]["sha256"]
+    assert host.file("%s/%s/runtime/edgetune-runtime" % (ROOT, release)).user == "root"
+
+
+def test_service_runs_sandboxed_as_its_own_user(host):
+    props = dict(line.split("=", 1) for line in host.check_output(
+        "systemctl show %s -p User -p Type -p NoNewPrivileges -p ProtectSystem -p PrivateTmp -p Slice "
+        "-p LimitRTPRIO -p LimitMEMLOCK -p Restart -p ReadWritePaths -p StateDirectory" % UNIT).splitlines())
+    assert props["User"] == "edgetune-rt" and props["Type"] == "notify"
+    assert props["NoNewPrivileges"] == "yes" and props["ProtectSystem"] == "strict" and props["PrivateTmp"] == "yes"
+    assert props["Slice"] == "ai-infer.slice" and props["LimitRTPRIO"] == "40"
+    assert props["LimitMEMLOCK"] == str(512 * 1024 * 1024) and props["Restart"] == "on-failure"
+    limits = host.file("/proc/%d/limits" % main_pid(host)).content_string
+    memlock = int(re.search(r"^Max locked memory\s+(\S+)", limits, re.M).group(1).replace("unlimited", "-1"))
+    mlocked = health(host)[1]["mlocked"]
+    if memlock == -1 or memlock >= 512 * 1024 * 1024:
+        assert mlocked is True  # mlockall(MCL_CURRENT) fits in LimitMEMLOCK
+    else:
+        # systemd could not raise the hard limit (a container without CAP_SYS_RESOURCE): the runtime
+        # must say it is not locked rather than pretend.
+        assert mlocked is False
+    assert props["ReadWritePaths"] == "/var/lib/edgetune-runtime" and props["StateDirectory"] == "edgetune-runtime"
+    uid = host.user("edgetune-rt").uid
+    status = host.file("/proc/%d/status" % main_pid(host)).content_string
+    assert re.search(r"^Uid:\s+%d\s" % uid, status, re.M)
+    assert host.user("edgetune-rt").shell == "/usr/sbin/nologin"
+    # In the service's own mount namespace /opt is read-only even for root (ProtectSystem=strict),
+    # its state directory is writable, and /tmp is its own (PrivateTmp).
+    pid = main_pid(host)
+    denied = host.run("nsenter -t %d -m touch %s/edgetune-rt-probe" % (pid, ROOT))
+    assert denied.rc != 0 and "Read-only file system" in denied.stderr
+    assert host.run("nsenter -t %d -m touch /var/lib/edgetune-runtime/probe" % pid).rc == 0
+    host.run("nsenter -t %d -m touch /tmp/edgetune-private-probe" % pid)
+    assert not host.file("/tmp/edgetune-private-probe").exists
+
+
+def test_threads_run_with_the_policy_and_cpus_they_claim(host, expected):
+    threads = thread_sched(host, main_pid(host))
+    names = sorted(t[0] for t in threads)
+    assert names == sorted(["et-main", "et-accept", "et-infer-0"] + ["et-http-%d" % i for i in range(4)])
+    unit_text = host.file("/etc/systemd/system/%s" % UNIT).content_string
+    directives = [line for line in unit_text.splitlines() if line and not line.startswith("#")]
+    env = host.file("/etc/edgetune/runtime.env").content_string
+
+    inference = cpulist(expected["isolated"])
+    if set(inference) <= set(kernel_cpus(host)):
+        assert {t[3] for t in threads} == {expected["isolated"]}
+        assert "CPUAffinity=%s" % expected["isolated"] in directives
+    else:
+        # The kernel cannot run these CPUs (a twin): the unit must not claim them, and says why.
+        assert not [d for d in directives if d.startswith("CPUAffinity=")]
+        assert "# CPUAffinity not set: CPUAffinity=%s refused" % expected["isolated"] in unit_text
+        pid1 = re.search(r"Cpus_allowed_list:\s*(\S+)", host.file("/proc/1/status").content_string).group(1)
+        assert {t[3] for t in threads} == {pid1}
+
+    refusal = fifo_refusal(host)
+    if refusal is None:
+        assert {(t[1], t[2]) for t in threads} == {(1, 40)}, threads
+        assert "CPUSchedulingPolicy=fifo" in directives and "EDGETUNE_EXPECT_SCHED=fifo" in env
+    else:
+        # Never silently SCHED_OTHER while claiming FIFO: the unit and the runtime say "other".
+        assert {t[1] for t in threads} == {0}
+        assert not [d for d in directives if d.startswith("CPUScheduling")]
+        assert "# SCHED_OTHER: SCHED_FIFO priority 40 refused" in unit_text
+        assert "EDGETUNE_EXPECT_SCHED=other" in env
+        pytest.skip("FIFO assertion skipped: " + refusal)
+
+
+def test_rerun_changes_nothing_and_reports_the_fallbacks(host):
+    before = (current_release(host), main_pid(host))
+    out = run_deploy(host)
+    counts = recap(out, host.backend.host)
+    assert counts["failed"] == 0 and counts["changed"] == 0, out[-3000:]
+    assert (current_release(host), main_pid(host)) == before
+    if fifo_refusal(host) is not None:
+        assert "[WARNING]: running SCHED_OTHER: SCHED_FIFO priority 40 refused" in flat(out)
+
+
+# ------------------------------------------------------------------ upgrade, gates, bad input
+@pytest.fixture(scope="module")
+def releases():
+    """Artifacts for an upgrade, a release that cannot warm up, and an engine built for TensorRT."""
+    from edgetune import artifacts
+    out = Path(tempfile.mkdtemp(prefix="edgetune-runtime-test-"))
+    made = {}
+    for version in ("0.9.1", "0.9.2", "0.9.3"):
+        made[version] = (artifacts.package_runtime(out, version), artifacts.package_engine(out, version=version))
+    spec = json.loads(artifacts.DEFAULT_SPEC.read_text())
+    doc = artifacts.build_engine_document(spec, "0.9.4")
+    doc["golden"][0]["class"] = (doc["golden"][0]["class"] + 1) % 10  # the runtime refuses it at warm-up (exit 4)
+    made["broken"] = (made["0.9.1"][0], artifacts.package_engine(out / "broken", version="0.9.4", document=doc))
+    made["tensorrt"] = (made["0.9.1"][0], artifacts.package_engine(
+        out / "trt", version="0.9.5", fmt="tensorrt-plan",
+        compatibility={"socs": ["tegra234"], "l4t": ">=36.4,<37", "requires": {"tensorrt": {"version": "10.3"}}}))
+    return made
+
+
+def release_args(pair):
+    runtime, engine = pair
+    return ["-e", "edge_runtime_runtime_src=%s" % runtime["path"], "-e", "edge_runtime_engine_src=%s" % engine["path"]]
+
+
+def test_upgrade_then_a_failing_latency_gate_and_a_failing_health_gate_roll_back(host, releases):
+    name = host.backend.host
+    out = run_deploy(host, *release_args(releases["0.9.1"]))
+    assert recap(out, name)["failed"] == 0, out[-3000:]
+    assert current_release(host) == "releases/0.9.1+mlp-small-0.9.1"
+    assert health(host)[1]["runtime_version"] == "0.9.1"
+    assert "P99" in flat(out) and "measured on the device" in flat(out)
+
+    # Latency gate: an impossible P99 limit on 0.9.2.
+    out = run_deploy(host, "-e", "edge_runtime_p99_ms=0.001", *release_args(releases["0.9.2"]))
+    assert recap(out, name)["failed"] == 1
+    assert re.search(r"latency gate: P99 [\d.]+ ms is over the limit of 0.001 ms", flat(out))
+    assert "deploy of release 0.9.2+mlp-small-0.9.2 failed and was rolled back" in flat(out)
+    assert current_release(host) == "releases/0.9.1+mlp-small-0.9.1"
+    assert health(host)[0] == 200 and health(host)[1]["runtime_version"] == "0.9.1"
+
+    # Health gate: an engine whose golden result is wrong never gets ready (exit 4).
+    out = run_deploy(host, *release_args(releases["broken"]))
+    assert recap(out, name)["failed"] == 1
+    assert "exit status 4: warm-up failed" in flat(out) and "failed and was rolled back" in flat(out)
+    assert current_release(host) == "releases/0.9.1+mlp-small-0.9.1"
+    status, body = health(host)
+    assert status == 200 and body["runtime_version"] == "0.9.1" and body["engine"]["version"] == "0.9.1"
+
+
+def test_bad_input_fails_before_anything_changes(host, releases):
+    name = host.backend.host
+    out = run_deploy(host, *release_args(releases["0.9.1"]))
+    assert recap(out, name)["failed"] == 0, out[-3000:]
+    unit_before = host.file("/etc/systemd/system/%s" % UNIT).content_string
+    state_before = (current_release(host), main_pid(host), unit_before)
+
+    def unchanged():
+        assert (current_release(host), main_pid(host), host.file("/etc/systemd/system/%s" % UNIT).content_string) \
+            == state_before
+        assert health(host)[0] == 200
+
+    out = run_deploy(host, "-e", "edge_runtime_engine_sha256=%s" % ("0" * 64), *release_args(releases["0.9.3"]))
+    assert recap(out, name)["failed"] == 1 and "Checksum mismatch for the engine artifact" in flat(out)
+    unchanged()
+
+    out = run_deploy(host, "-e", "edge_runtime_runtime_src=/nonexistent/edgetune-runtime-9.tar.gz")
+    assert recap(out, name)["failed"] == 1
+    assert "Missing artifact: /nonexistent/edgetune-runtime-9.tar.gz" in flat(out)
+    unchanged()
+
+    out = run_deploy(host, *release_args(releases["tensorrt"]))
+    assert recap(out, name)["failed"] == 1 and "incompatible release, nothing was changed" in flat(out)
+    facts_l4t = host.file("/etc/nv_tegra_release").exists
+    if not facts_l4t:
+        assert "this board is rk3588" in flat(out) and "runs no L4T" in flat(out)
+    elif "R35" in host.file("/etc/nv_tegra_release").content_string:
+        assert "which ships TensorRT 8.5.2" in flat(out)  # an engine for TensorRT 10 does not load on r35
+    else:
+        assert "not installed on this board" in flat(out)  # r36.4 ships TensorRT 10.3; the twin has no libnvinfer
+    assert "loads engine formats edgetune-mlp-json/1, not tensorrt-plan" in flat(out)
+    unchanged()
+
+    squatter = host.run("systemd-run --unit edgetune-test-squatter python3 -m http.server 8479 --bind 127.0.0.1")
+    assert squatter.rc == 0, squatter.stderr
+    try:
+        host.run("sleep 1")
+        out = run_deploy(host, "-e", "edge_runtime_port=8479", *release_args(releases["0.9.3"]))
+        assert recap(out, name)["failed"] == 1
+        assert re.search(r"Port 8479 is in use by python3 \(pid \d+, unit edgetune-test-squatter.service\)",
+                         flat(out))
+        unchanged()
+    finally:
+        host.run("systemctl stop edgetune-test-squatter")
+
+
+def test_back_to_the_inventorys_release(host):
+    """Leave the twin as converged: the default artifacts, unchanged on a rerun."""
+    out = run_deploy(host)
+    assert recap(out, host.backend.host)["failed"] == 0, out[-3000:]
+    version = re.search(r'__version__ = "([^"]+)"',
+                        (PROJECT / "runtime" / "edgetune_runtime" / "__init__.py").read_text()).group(1)
+    assert current_release(host) == "releases/%s+mlp-small-0.1.0" % version
+    assert health(host)[1]["runtime_version"] == version
+    assert recap(run_deploy(host), host.backend.host)["changed"] == 0
