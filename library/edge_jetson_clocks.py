@@ -104,6 +104,13 @@ not_pinned:
   type: list
   elements: str
   sample: ["cpu0: MinFreq=729600 MaxFreq=1728000", "EMC FreqOverride=0"]
+saved_values:
+  description:
+    - The values in O(store_file) (sysfs path to value), which a restore writes back; lets a
+      playbook predict in check mode what the restore changes.
+  returned: when the clocks are (or would be) restored
+  type: dict
+  sample: {/sys/devices/system/cpu/cpufreq/policy4/scaling_governor: schedutil}
 power_mode:
   description: The nvpmodel mode C(jetson_clocks --show) reports, when it does.
   returned: always
@@ -276,6 +283,21 @@ def store(program, store_file, run_command):
         raise ClocksError("%s --store %s left no saved values; nothing was pinned" % (program, store_file))
 
 
+def read_store(store_file):
+    """The store file's ``/sys/path:value`` lines as a dict."""
+    try:
+        with open(store_file) as handle:
+            lines = handle.read().splitlines()
+    except OSError as exc:
+        raise ClocksError("cannot read %s: %s" % (store_file, exc.strerror or exc)) from None
+    values = {}
+    for line in lines:
+        path, sep, value = line.strip().rpartition(":")
+        if sep and path:
+            values[path] = value
+    return values
+
+
 def run(params, check_mode, want_diff, run_command, find_command):
     """Read, decide, act unless in check mode, read back. Returns the result dict."""
     program = params.get("jetson_clocks_path") or find_command("jetson_clocks")
@@ -311,7 +333,7 @@ def run(params, check_mode, want_diff, run_command, find_command):
             raise ClocksError(
                 "the clocks are pinned but %s, with the values from before pinning, does not exist: "
                 "nothing was changed; reboot (or switch the nvpmodel mode) to reset the clocks" % store_file)
-        result.update(changed=True, restored=True, pinned=False)
+        result.update(changed=True, restored=True, pinned=False, saved_values=read_store(store_file))
         if check_mode:
             after_text = "restored from %s\n" % store_file
         else:

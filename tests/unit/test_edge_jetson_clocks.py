@@ -272,6 +272,9 @@ def test_restore_writes_back_the_values_from_before_pinning(agx):
     assert clock_files(agx, "agx_r35") != original
     check = run(agx, state="restored", check_mode=True)
     assert check["changed"] is True and check["restored"] is True and check["pinned"] is False
+    # What the restore will write, for the playbook's check-mode prediction.
+    assert check["saved_values"][CPU + "/cpufreq/policy4/scaling_min_freq"] == "729600"
+    assert check["saved_values"][CPU + "/cpufreq/policy4/scaling_governor"] == "schedutil"
     result = run(agx, state="restored", diff=True)
     assert result["changed"] is True and result["restored"] is True and result["pinned"] is False
     assert clock_files(agx, "agx_r35") == original

@@ -50,7 +50,8 @@ def sysfs_state(host, power):
     """Every value the role manages or pins, as the board shows it."""
     paths = []
     for policy in power["inference"] + power["housekeeping"]:
-        paths += [CPUFREQ % policy + "/" + leaf for leaf in ("scaling_governor", "scaling_min_freq", "scaling_max_freq")]
+        paths += [CPUFREQ % policy + "/" + leaf
+                  for leaf in ("scaling_governor", "scaling_min_freq", "scaling_max_freq")]
     for node in power["devfreq"]:
         paths += [DEVFREQ % node + "/" + leaf for leaf in ("governor", "min_freq", "max_freq")]
     if power["mode"]:
@@ -140,7 +141,9 @@ def test_reboot_restores_the_tuning_without_ansible(host, power):
     # The twin powers on with untuned sysfs: the boot unit alone must bring the tuning back.
     reboot_twin(name)
     assert host.check_output("systemctl is-active edgetune-power.service") == "active"
-    log = host.check_output("journalctl -b -u edgetune-power.service --no-pager -o cat")
+    # This boot's run of the unit (journald's -b follows the host kernel's boot id in a container).
+    invocation = host.check_output("systemctl show -p InvocationID --value edgetune-power.service")
+    log = host.check_output("journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID=%s" % invocation)
     for policy in power["inference"]:
         assert "edge_dvfs: policy%d scaling_governor:" % policy in log
     assert_tuned(host, power)
