@@ -8,6 +8,7 @@ SCHED_FIFO (Docker gives a container's cgroup no RT budget) or the inference
 CPUs (the host has fewer), the deploy must say so and must not claim them;
 the FIFO assertions are then skipped with the kernel's reason.
 """
+import hashlib
 import json
 import os
 import re
@@ -39,9 +40,9 @@ pytestmark = pytest.mark.skipif(not deployed_by_this_scenario(),
 
 
 def run_deploy(host, *extra):
-    """preflight + deploy against this one twin, as a user deploys a release."""
+    """playbooks/deploy.yml (it detects the board itself) against this one twin; one PLAY RECAP."""
     argv = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], "-l", host.backend.host,
-            str(PROJECT / "playbooks" / "preflight.yml"), str(PROJECT / "playbooks" / "deploy.yml")] + list(extra)
+            str(PROJECT / "playbooks" / "deploy.yml")] + list(extra)
     result = subprocess.run(argv, cwd=str(PROJECT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             universal_newlines=True, check=False,
                             env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0"))
@@ -233,15 +234,21 @@ def releases():
     """Artifacts for an upgrade, a release that cannot warm up, and an engine built for TensorRT."""
     from edgetune import artifacts
     out = Path(tempfile.mkdtemp(prefix="edgetune-runtime-test-"))
+    # Releases are immutable: the test versions carry a digest of the sources, so a changed
+    # runtime gets new versions and an unchanged one rebuilds the very same artifacts.
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted((PROJECT / "runtime").rglob("*.py")))
+                            + artifacts.DEFAULT_SPEC.read_bytes()).hexdigest()[:8]
     made = {}
     for version in ("0.9.1", "0.9.2", "0.9.3"):
-        made[version] = (artifacts.package_runtime(out, version), artifacts.package_engine(out, version=version))
+        tagged = "%s-t%s" % (version, digest)
+        made[version] = (artifacts.package_runtime(out, tagged), artifacts.package_engine(out, version=tagged))
     spec = json.loads(artifacts.DEFAULT_SPEC.read_text())
-    doc = artifacts.build_engine_document(spec, "0.9.4")
+    broken = "0.9.4-t%s" % digest
+    doc = artifacts.build_engine_document(spec, broken)
     doc["golden"][0]["class"] = (doc["golden"][0]["class"] + 1) % 10  # the runtime refuses it at warm-up (exit 4)
-    made["broken"] = (made["0.9.1"][0], artifacts.package_engine(out / "broken", version="0.9.4", document=doc))
+    made["broken"] = (made["0.9.1"][0], artifacts.package_engine(out / "broken", version=broken, document=doc))
     made["tensorrt"] = (made["0.9.1"][0], artifacts.package_engine(
-        out / "trt", version="0.9.5", fmt="tensorrt-plan",
+        out / "trt", version="0.9.5-t%s" % digest, fmt="tensorrt-plan",
         compatibility={"socs": ["tegra234"], "l4t": ">=36.4,<37", "requires": {"tensorrt": {"version": "10.3"}}}))
     return made
 
@@ -253,27 +260,32 @@ def release_args(pair):
 
 def test_upgrade_then_a_failing_latency_gate_and_a_failing_health_gate_roll_back(host, releases):
     name = host.backend.host
-    out = run_deploy(host, *release_args(releases["0.9.1"]))
+    up, slow, broken = releases["0.9.1"], releases["0.9.2"], releases["broken"]
+    up_release = "releases/%s+mlp-small-%s" % (up[0]["version"], up[1]["version"])
+    out = run_deploy(host, *release_args(up))
     assert recap(out, name)["failed"] == 0, out[-3000:]
-    assert current_release(host) == "releases/0.9.1+mlp-small-0.9.1"
-    assert health(host)[1]["runtime_version"] == "0.9.1"
+    assert current_release(host) == up_release
+    assert health(host)[1]["runtime_version"] == up[0]["version"]
     assert "P99" in flat(out) and "measured on the device" in flat(out)
 
-    # Latency gate: an impossible P99 limit on 0.9.2.
-    out = run_deploy(host, "-e", "edge_runtime_p99_ms=0.001", *release_args(releases["0.9.2"]))
-    assert recap(out, name)["failed"] == 1
+    # Latency gate: an impossible P99 limit on the next release.
+    out = run_deploy(host, "-e", "edge_runtime_p99_ms=0.001", *release_args(slow))
+    assert recap(out, name)["failed"] == 1, out[-3000:]
     assert re.search(r"latency gate: P99 [\d.]+ ms is over the limit of 0.001 ms", flat(out))
-    assert "deploy of release 0.9.2+mlp-small-0.9.2 failed and was rolled back" in flat(out)
-    assert current_release(host) == "releases/0.9.1+mlp-small-0.9.1"
-    assert health(host)[0] == 200 and health(host)[1]["runtime_version"] == "0.9.1"
+    assert "deploy of release %s+mlp-small-%s failed and was rolled back" % (
+        slow[0]["version"], slow[1]["version"]) in flat(out)
+    assert current_release(host) == up_release
+    status, body = health(host)
+    assert status == 200 and body["runtime_version"] == up[0]["version"]
 
     # Health gate: an engine whose golden result is wrong never gets ready (exit 4).
-    out = run_deploy(host, *release_args(releases["broken"]))
-    assert recap(out, name)["failed"] == 1
+    out = run_deploy(host, *release_args(broken))
+    assert recap(out, name)["failed"] == 1, out[-3000:]
     assert "exit status 4: warm-up failed" in flat(out) and "failed and was rolled back" in flat(out)
-    assert current_release(host) == "releases/0.9.1+mlp-small-0.9.1"
+    assert current_release(host) == up_release
     status, body = health(host)
-    assert status == 200 and body["runtime_version"] == "0.9.1" and body["engine"]["version"] == "0.9.1"
+    assert status == 200 and body["runtime_version"] == up[0]["version"]
+    assert body["engine"]["version"] == up[1]["version"]
 
 
 def test_bad_input_fails_before_anything_changes(host, releases):
