@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -250,7 +251,8 @@ def releases():
     made["tensorrt"] = (made["0.9.1"][0], artifacts.package_engine(
         out / "trt", version="0.9.5-t%s" % digest, fmt="tensorrt-plan",
         compatibility={"socs": ["tegra234"], "l4t": ">=36.4,<37", "requires": {"tensorrt": {"version": "10.3"}}}))
-    return made
+    yield made
+    shutil.rmtree(str(out), ignore_errors=True)
 
 
 def release_args(pair):
