@@ -209,9 +209,10 @@ def test_threads_gate_reads_the_real_threads(capsys, monkeypatch):
                               "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
                               "time.sleep(60)\n"])
     try:
-        deadline = time.time() + 10
+        deadline = time.time() + 60  # a loaded machine starts Python slowly
         while len(threads_of(child.pid)) < 2 and time.time() < deadline:
             time.sleep(0.05)
+        assert len(threads_of(child.pid)) == 2, "the child did not start its thread"
         unit = dict(ACTIVE, MainPID=child.pid)
         cpus = ",".join(str(c) for c in sorted(os.sched_getaffinity(child.pid)))
         result = run_gate(capsys, monkeypatch, unit, gates=["threads"], expect={"policy": "fifo", "priority": 40})
