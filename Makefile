@@ -14,11 +14,12 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help venv venv38 engine images lint unit unit38 molecule integration test demo twins-down bench audit
+.PHONY: help venv venv38 engine images lint unit unit38 molecule integration test demo twins-down artifacts bench
 
 help:
 	@echo "make demo   provision a twin fleet with site.yml (orin-fleet, then rk3588-fleet)"
 	@echo "make test   lint, unit tests (Python 3.11 and 3.8), integration and molecule on twins"
+	@echo "make bench  benchmarks (runtime P99 under noise, audit vs --check, eBPF priority)"
 	@echo "make twins-down   remove the demo twins"
 
 venv: $(VENV)/.installed
@@ -66,3 +67,13 @@ demo: images
 
 twins-down: venv
 	edgetune twin down
+
+# The reference runtime and engine packaged with their manifests (.cache/artifacts/).
+artifacts: venv
+	tools/package-runtime
+
+# Benchmarks: ratios measured side by side in one run; not tests.
+bench: images artifacts
+	tools/bench-runtime
+	tools/bench-audit
+	/usr/bin/python3 tools/edgetune/bench_netqos.py
