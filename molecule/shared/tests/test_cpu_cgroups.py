@@ -166,14 +166,14 @@ def test_rest_of_the_system_on_housekeeping_cpus(host, sets, unified, kernel_cpu
     assert cpus(re.search(r"^Cpus_allowed_list:\s+(\S+)", status, re.M).group(1)) == expected
 
 
-def rt_available(host, unified):
-    """Whether systemd's root cpu cgroup has RT time to give (the twin's container cgroup)."""
+def rt_root_budget(host, unified):
+    """RT time systemd's root cpu cgroup holds (the twin's container cgroup); None on cgroup v2."""
     if unified:
         return None
     text = host.file("/proc/1/cgroup").content_string
     root = re.search(r"^\d+:name=systemd:(\S+)$", text, re.M).group(1)
     root = root[:-len("/init.scope")] if root.endswith("/init.scope") else root
-    return int(read(host, cpu_dir(host, root.rstrip("/")) + "/cpu.rt_runtime_us")) > 0
+    return int(read(host, cpu_dir(host, root.rstrip("/")) + "/cpu.rt_runtime_us"))
 
 
 def probe_threads(host):
@@ -200,16 +200,24 @@ def check_probe(host, sets, unified, kernel_cpus):
         # On v1 the probe stays in the slice's cpu cgroup, where its RT budget is.
         assert re.search(r"^\d+:[\w,]*\bcpu\b[\w,]*:\S*%s$" % re.escape(SLICE_CGROUP), cgroups, re.M), cgroups
         assert re.search(r"^\d+:memory:\S*%s/edgetune-probe.service$" % re.escape(SLICE_CGROUP), cgroups, re.M)
-    rt = rt_available(host, unified)
-    if rt:
-        assert all(t["policy"] == SCHED_FIFO and t["rt_priority"] == 10 for t in threads), threads
-        assert int(read(host, cpu_dir(host, host.check_output(
-            "systemctl show -p ControlGroup --value %s" % SLICE)) + "/cpu.rt_runtime_us")) == 800000
-    elif rt is False:
+    root_budget = rt_root_budget(host, unified)
+    state = host.file("/etc/edgetune/rt-budget.json")
+    if root_budget == 0:
         # The container has no RT time (Docker's cgroup has cpu.rt_runtime_us=0): the role
         # says so and runs the probe as SCHED_OTHER rather than failing it.
         assert all(t["policy"] == SCHED_OTHER for t in threads), threads
-        assert not host.file("/etc/systemd/system/edgetune-rt-budget.service").exists
+        assert not host.file("/etc/systemd/system/edgetune-rt-budget.service").exists and not state.exists
+    elif root_budget and state.exists:
+        # The slice got its budget (recorded for the boot unit): the probe really runs SCHED_FIFO.
+        budget = json.loads(state.content_string)["runtime_us"]
+        slice_cpu = cpu_dir(host, host.check_output("systemctl show -p ControlGroup --value %s" % SLICE))
+        assert 0 < budget <= root_budget
+        assert int(read(host, slice_cpu + "/cpu.rt_runtime_us")) == budget
+        assert all(t["policy"] == SCHED_FIFO and t["rt_priority"] == 10 for t in threads), threads
+        assert host.service("edgetune-rt-budget.service").is_enabled
+    elif root_budget:
+        # RT time there, but less than the slice's budget: reported, probe falls back.
+        assert all(t["policy"] == SCHED_OTHER for t in threads), threads
     return threads
 
 
