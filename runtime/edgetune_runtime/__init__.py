@@ -1,2 +1,2 @@
 """edgetune reference runtime (see ../README.md for the contract)."""
-__version__ = "0.1.1"
+__version__ = "0.1.2"

@@ -257,9 +257,11 @@ class Handler(BaseHTTPRequestHandler):
         if self.runtime.state == "draining":
             self.send_header("Connection", "close")
             self.close_connection = True
+        # Counted before the body goes out: a client that reads /metrics right after
+        # its answer must find its own request counted.
+        self.runtime.count(endpoint, code)
         self.end_headers()
         self.wfile.write(data)
-        self.runtime.count(endpoint, code)
 
     def do_GET(self):
         path = self.path.split("?", 1)[0]
@@ -271,9 +273,9 @@ class Handler(BaseHTTPRequestHandler):
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
+            self.runtime.count(path, 200)
             self.end_headers()
             self.wfile.write(data)
-            self.runtime.count(path, 200)
         else:
             self.send_json(404, {"error": "no such endpoint; try /healthz, /metrics or POST /infer"}, "other")
 
@@ -291,9 +293,9 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             with runtime.lock:
                 runtime.in_flight -= 1
-        self.send_json(code, body, path)
-        if code == 200:
+        if code == 200:  # observed before the answer is sent, for the same reason as the count
             runtime.request_hist.observe(time.perf_counter() - began)
+        self.send_json(code, body, path)
 
     def infer(self):
         runtime = self.runtime

@@ -239,8 +239,6 @@ def test_bad_requests_get_400(server, body, code, message):
 METRIC_LINE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="[^"]*",?)*\})? -?[0-9.e+-]+$')
 
 
-@pytest.mark.xfail(reason="passes alone, fails after the rest of tests/unit here; cause not found yet",
-                   strict=False)
 def test_metrics_are_prometheus_text_with_a_latency_histogram(server):
     srv = server("--warmup", "0")
     srv.wait_ready()
