@@ -77,7 +77,10 @@ options:
     default: []
   fallback:
     description:
-      - Write or refresh the C(edgetune-fallback) label when the APPEND line changes.
+      - Write the C(edgetune-fallback) label when the APPEND line changes, holding the default label
+        as it was. An existing fallback is refreshed only when the running kernel booted with the
+        entry as it was (an entry edited by hand or by an update and never booted does not replace
+        a fallback known to boot).
         L4TLauncher reads at most 10 labels; when the fallback label would be the 11th the
         module fails, and you can free a label or set this to V(false).
       - Only for C(extlinux).
@@ -292,9 +295,9 @@ def write_plans(changed, backup):
     return backups, written
 
 
-def verify_read_back(plans, backups, bootloader, args, absent, extra_paths, fallback):
+def verify_read_back(plans, backups, bootloader, args, absent, extra_paths, fallback, running):
     """Read the files again: they must hold what we planned and need no further change."""
-    again = plan_files(bootloader, plans[0].path, args, absent, extra_paths, fallback)
+    again = plan_files(bootloader, plans[0].path, args, absent, extra_paths, fallback, running)
     for planned, reread in zip(plans, again):
         if (reread.before != planned.after or reread.after != reread.before
                 or reread.persisted != planned.persisted
@@ -323,7 +326,9 @@ def run_module(params, check_mode=False, want_diff=False, run_command=None,
         raise ValueError("extra_paths is only for bootloader=extlinux")
     path = params.get("path") or default_path(bootloader, root)
 
-    plans = plan_files(bootloader, path, args, absent, extra_paths, fallback)
+    cmdline_path = params.get("cmdline_path") or "/proc/cmdline"
+    running = split_cmdline(_read(cmdline_path))
+    plans = plan_files(bootloader, path, args, absent, extra_paths, fallback, running)
     changed = [plan for plan in plans if plan.after != plan.before]
 
     update_argv = None
@@ -344,10 +349,8 @@ def run_module(params, check_mode=False, want_diff=False, run_command=None,
                     "restored to their previous content",
                     rc=rc, stdout=stdout, stderr=stderr, not_restored=not_restored,
                 )
-        verify_read_back(plans, backups, bootloader, args, absent, extra_paths, fallback)
+        verify_read_back(plans, backups, bootloader, args, absent, extra_paths, fallback, running)
 
-    cmdline_path = params.get("cmdline_path") or "/proc/cmdline"
-    running = split_cmdline(_read(cmdline_path))
     pending = pending_changes(running, args, absent)
     result = {
         "changed": bool(changed),

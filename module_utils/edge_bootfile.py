@@ -71,14 +71,17 @@ def _plan_one(path, planner, *planner_args, **planner_kwargs):
         raise ValueError(f"{path}: {exc}") from exc
 
 
-def plan_files(bootloader, path, args, absent, extra_paths=(), fallback=True):
-    """Plan every file; any refusal raises ValueError before anything is written."""
+def plan_files(bootloader, path, args, absent, extra_paths=(), fallback=True, running=None):
+    """Plan every file; any refusal raises ValueError before anything is written.
+
+    ``running``: the running kernel's arguments, which decide whether extlinux's
+    fallback entry is refreshed (see plan_extlinux)."""
     plans = []
     if bootloader == "extlinux":
         for one_path in [path] + list(extra_paths):
             text = _read(one_path)
             after, persisted = _plan_one(
-                one_path, plan_extlinux, text, args, absent, fallback=fallback)
+                one_path, plan_extlinux, text, args, absent, fallback=fallback, running=running)
             plans.append(FilePlan(one_path, text, after, persisted))
     elif bootloader == "armbian":
         text = _read(path)

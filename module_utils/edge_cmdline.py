@@ -398,12 +398,25 @@ def persisted_from_append(tokens):
     return tokens
 
 
-def plan_extlinux(text, args, absent, fallback=True):
+def booted_with(old_tokens, new_tokens, running_tokens):
+    """True when the running kernel got ``old_tokens`` for every argument this
+    edit changes: the entry as it is now is known to boot this device."""
+    old = [t for t in old_tokens if t != CBOOTARGS]
+    new = [t for t in new_tokens if t != CBOOTARGS]
+    changed_keys = set(token_key(t) for t in set(old) ^ set(new))
+    return all([t for t in old if token_key(t) == key] == [t for t in running_tokens if token_key(t) == key]
+               for key in changed_keys)
+
+
+def plan_extlinux(text, args, absent, fallback=True, running=None):
     """Edit the APPEND line of the label DEFAULT names.
 
     When the APPEND changes and ``fallback`` is true, a label
     ``edgetune-fallback`` holding the default label as it was before the edit
-    is inserted after it (or refreshed where it already is).
+    is inserted after it. An existing fallback is refreshed only when the
+    running kernel (``running``, the tokens of /proc/cmdline; None: unknown)
+    booted with the entry as it was: an entry edited by hand or by an update and
+    never booted must not replace a fallback that is known to boot.
     """
     validate_args(args, absent)
     config = ExtlinuxConfig(text)
@@ -420,7 +433,8 @@ def plan_extlinux(text, args, absent, fallback=True):
         block = config.fallback_block(label)
         existing = config.find_label(FALLBACK_LABEL)
         if existing is not None:
-            lines = _replace_lines(lines, existing.start, existing.end, block)
+            if running is None or booted_with(old_tokens, new_tokens, running):
+                lines = _replace_lines(lines, existing.start, existing.end, block)
         elif len(config.labels) + 1 > MAX_EXTLINUX_LABELS:
             raise ValueError(
                 f"adding the {FALLBACK_LABEL} label would make {len(config.labels) + 1} "

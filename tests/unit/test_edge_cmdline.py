@@ -375,6 +375,23 @@ class TestExtlinuxLayouts:
         assert len(first_lines) == len(second_lines)
         assert sum(a != b for a, b in zip(first_lines, second_lines)) == 2
 
+    def test_fallback_is_kept_when_the_edited_entry_never_booted(self):
+        """The default entry was edited by hand (isolcpus changed) and not booted: the
+        fallback keeps the arguments the device is known to boot with."""
+        text = fixture("extlinux_r35_agx_orin.conf")
+        first, _ = plan_extlinux(text, ["isolcpus=4-7"], [])
+        running = split_cmdline("root=/dev/mmcblk0p1 console=ttyTCU0 isolcpus=4-7")
+        hand_edited = first.replace(" nospectre_bhb isolcpus=4-7\n", " nospectre_bhb isolcpus=5-7\n", 1)
+        assert hand_edited != first
+        fixed, _ = plan_extlinux(hand_edited, ["isolcpus=4-7"], [], running=running)
+        assert fixed == first  # the default entry repaired, the fallback as it was
+
+        # After a boot with the hand-edited entry, that entry is the known-good one.
+        booted = split_cmdline("root=/dev/mmcblk0p1 console=ttyTCU0 isolcpus=5-7")
+        refreshed, _ = plan_extlinux(hand_edited, ["isolcpus=4-7"], [], running=booted)
+        config = ExtlinuxConfig(refreshed)
+        assert config.parsed[config.find_label(FALLBACK_LABEL).end].value.endswith(" isolcpus=5-7")
+
     def test_fallback_disabled_leaves_existing_fallback(self):
         first, _ = plan_extlinux(fixture("extlinux_r35_agx_orin.conf"), ["isolcpus=4-7"], [])
         second, _ = plan_extlinux(first, ["isolcpus=8-11"], [], fallback=False)

@@ -1,6 +1,7 @@
 """Drift audit on a converged twin: clean, then each kind of drift caught and classified."""
 import json
 import os
+import socket
 import subprocess
 
 from conftest import run_site
@@ -57,9 +58,14 @@ def test_pending_reboot_is_not_drift(host):
 
 
 def test_unreachable_device_is_reported_never_clean(host, tmp_path):
+    # A device that does not answer SSH, as in a real fleet: a closed port on loopback.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed_port = sock.getsockname()[1]
     ghost = tmp_path / "ghost.yml"
-    ghost.write_text("all:\n  vars:\n    ansible_connection: community.docker.docker\n"
-                     "  hosts:\n    ghost-twin-that-does-not-exist:\n")
+    ghost.write_text("all:\n  hosts:\n    ghost-twin-that-does-not-exist:\n"
+                     "      ansible_connection: ssh\n      ansible_host: 127.0.0.1\n"
+                     "      ansible_port: %d\n" % closed_port)
     project = os.environ["MOLECULE_PROJECT_DIRECTORY"]
     result = subprocess.run(["edgetune", "audit", "--json", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
                              "-i", str(ghost)], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
