@@ -57,12 +57,12 @@ integration: venv
 	if [ "$$(id -u)" -eq 0 ]; then tools/setup-netqos-host; fi
 	pytest -q tests/integration
 
-molecule: images
+molecule: images artifacts
 	for scenario in $(SCENARIOS); do molecule test -s $$scenario; done
 
 test: lint unit unit38 integration molecule
 
-demo: images
+demo: images artifacts
 	tools/demo "$(FLEET)"
 
 twins-down: venv

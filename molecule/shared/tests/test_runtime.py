@@ -26,20 +26,6 @@ ROOT = "/opt/edgetune"
 PORT = 8470
 
 
-def deployed_by_this_scenario():
-    """The deploy runs in a scenario whose converge imports playbooks/deploy.yml (directly or via site.yml)."""
-    texts = [(PROJECT / "site.yml").read_text()]
-    scenario = os.environ.get("MOLECULE_SCENARIO_DIRECTORY")
-    if scenario and (Path(scenario) / "converge.yml").exists():
-        texts.append((Path(scenario) / "converge.yml").read_text())
-    return any("deploy.yml" in text for text in texts)
-
-
-pytestmark = pytest.mark.skipif(not deployed_by_this_scenario(),
-                                reason="playbooks/deploy.yml is not imported by site.yml (nor by this scenario's "
-                                       "converge) yet: the runtime is not deployed here")
-
-
 def run_deploy(host, *extra):
     """playbooks/deploy.yml (it detects the board itself) against this one twin; one PLAY RECAP."""
     argv = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], "-l", host.backend.host,
