@@ -158,70 +158,43 @@ errors:
 
 # Ansible modules keep their imports after the documentation strings.
 import argparse  # noqa: E402
-import errno  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import re  # noqa: E402
 import sys  # noqa: E402
 
 try:
     from ansible.module_utils.basic import AnsibleModule
     from ansible.module_utils import edge_cpulist as cpulist
+    from ansible.module_utils import edge_irq
     from ansible.module_utils.edge_fileio import atomic_write
 except ImportError:
-    # Boot-time CLI on a board without Ansible: load the helper shipped next to
-    # this file (module_utils/edge_cpulist.py beside it, or the repository layout).
+    # Boot-time CLI on a board without Ansible: import the helpers shipped next to
+    # this file (module_utils/ beside it, or the repository layout).
     if "--apply-state" not in sys.argv:
         raise
-    import importlib.util
-
     AnsibleModule = atomic_write = None
     _here = os.path.dirname(os.path.abspath(__file__))
-    for _candidate in (os.path.join(_here, "module_utils", "edge_cpulist.py"),
-                       os.path.join(_here, os.pardir, "module_utils", "edge_cpulist.py")):
-        if os.path.isfile(_candidate):
-            _spec = importlib.util.spec_from_file_location("edge_cpulist", _candidate)
-            cpulist = importlib.util.module_from_spec(_spec)
-            _spec.loader.exec_module(cpulist)
+    for _candidate in (os.path.join(_here, "module_utils"), os.path.join(_here, os.pardir, "module_utils")):
+        if all(os.path.isfile(os.path.join(_candidate, n)) for n in ("edge_cpulist.py", "edge_irq.py")):
+            sys.path.insert(0, _candidate)
+            import edge_cpulist as cpulist
+            import edge_irq
             break
     else:
-        sys.stderr.write("edge_irq_affinity: error: module_utils/edge_cpulist.py not found next to %s\n" % _here)
+        sys.stderr.write("edge_irq_affinity: error: module_utils/edge_cpulist.py and edge_irq.py not found next to %s\n"
+                         % _here)
         sys.exit(1)
 
-STATE_FORMAT = 1
-IRQ_DIR = "proc/irq"
-INTERRUPTS = "proc/interrupts"
-CPU_ONLINE = "sys/devices/system/cpu/online"
-WORKQUEUE_MASK = "sys/devices/virtual/workqueue/cpumask"
-
-# What the kernel answers to an affinity write it will not do (irq_can_set_affinity_usr()
-# is false for per-CPU and managed interrupts: EIO); EPERM where the file is locked,
-# ENOSPC where the target CPUs have no free vector (x86).
-REFUSALS = {errno.EIO: "EIO", errno.EPERM: "EPERM", errno.ENOSPC: "ENOSPC"}
-
-# Hints from /proc/interrupts. GIC PPIs (hwirq 16-31) are per-CPU by definition.
-PERCPU_NAMES = re.compile(r"^(arch_timer|arch_mem_timer|arm-pmu|arm_pmu|kvm guest [pv]timer|vgic)$")
-MANAGED_NAMES = (re.compile(r"^nvme\d+q[1-9]\d*$"), re.compile(r"^virtio\d+-(req|request)\.\d+$"))
-_ROW = re.compile(r"^\s*(\d+):\s+(.*)$")
-_DESC = re.compile(r"^(?P<chip>\S+)\s+(?P<hwirq>\d+)(?:-|\s+)(?P<trigger>[A-Za-z]+)(?:\s+(?P<name>.*))?$")
-
-
-class IrqError(Exception):
-    """Expected failure: one message per problem, plus result keys for fail_json."""
-
-    def __init__(self, errors, **details):
-        self.errors = list(errors)
-        super().__init__("; ".join(self.errors))
-        self.details = details
-
-
-def under(root, path):
-    return os.path.join(root or "/", path.lstrip("/"))
-
-
-def read_value(path):
-    with open(path, "r") as handle:
-        return handle.read().strip()
+# The reading and the classification of interrupts are shared with the drift
+# audit (module_utils/edge_irq.py); this module adds the writes.
+STATE_FORMAT = edge_irq.STATE_FORMAT
+IRQ_DIR, INTERRUPTS, CPU_ONLINE, WORKQUEUE_MASK = (edge_irq.IRQ_DIR, edge_irq.INTERRUPTS, edge_irq.CPU_ONLINE,
+                                                   edge_irq.WORKQUEUE_MASK)
+REFUSALS = edge_irq.REFUSALS
+IrqError = edge_irq.IrqError
+under, read_value = edge_irq.under, edge_irq.read_value
+parse_interrupts, read_irqs, hint = edge_irq.parse_interrupts, edge_irq.read_irqs, edge_irq.hint
+validate_cpus, read_state, known_refusals = edge_irq.validate_cpus, edge_irq.read_state, edge_irq.known_refusals
 
 
 def write_value(path, value):
@@ -231,78 +204,6 @@ def write_value(path, value):
         os.write(fd, ("%s\n" % value).encode("ascii"))
     finally:
         os.close(fd)
-
-
-# --------------------------------------------------------------------------
-# Reading
-
-def parse_interrupts(text):
-    """/proc/interrupts -> {irq: {chip, hwirq, trigger, name}} for the numbered rows.
-
-    The columns after the per-CPU counts differ by architecture: arm64 prints
-    ``GICv3  30 Level  arch_timer``, x86 ``IR-PCI-MSI 524288-edge  nvme0q0``.
-    Rows without a number (IPI0, LOC, NMI, ...) have no /proc/irq entry and are skipped.
-    """
-    lines = text.splitlines()
-    if not lines:
-        return {}
-    ncpus = len(re.findall(r"CPU\d+", lines[0]))
-    found = {}
-    for line in lines[1:]:
-        match = _ROW.match(line)
-        if not match:
-            continue
-        fields = match.group(2).split()
-        rest = fields[ncpus:] if all(f.isdigit() for f in fields[:ncpus]) else fields
-        desc = " ".join(rest)
-        parsed = _DESC.match(desc)
-        if parsed:
-            info = {"chip": parsed.group("chip"), "hwirq": int(parsed.group("hwirq")),
-                    "trigger": parsed.group("trigger"), "name": (parsed.group("name") or "").strip()}
-        else:
-            info = {"chip": rest[0] if rest else "", "hwirq": None, "trigger": "",
-                    "name": " ".join(rest[1:])}
-        found[int(match.group(1))] = info
-    return found
-
-
-def read_irqs(root):
-    """Every /proc/irq/<n> with its affinity file: list of dicts sorted by number."""
-    base = under(root, IRQ_DIR)
-    try:
-        names = os.listdir(base)
-    except OSError as exc:
-        raise IrqError(["cannot read %s: %s (is /proc mounted?)" % (base, exc.strerror or exc)]) from None
-    irqs = []
-    for name in sorted((n for n in names if n.isdigit()), key=int):
-        directory = os.path.join(base, name)
-        listfile = os.path.join(directory, "smp_affinity_list")
-        maskfile = os.path.join(directory, "smp_affinity")
-        if os.path.exists(listfile):
-            path, text = listfile, read_value(listfile)
-            cpus = cpulist.parse_cpulist(text)
-        elif os.path.exists(maskfile):
-            path, text = maskfile, read_value(maskfile)
-            cpus = cpulist.parse_cpumask(text)
-        else:
-            continue  # an interrupt without an affinity file cannot be steered at all
-        irqs.append({"irq": int(name), "path": path, "affinity": cpus, "mask_width": len(text.replace(",", ""))})
-    return irqs
-
-
-def hint(info, patterns):
-    """Why this interrupt is probably not movable, or None."""
-    name, chip, hwirq = info.get("name", ""), info.get("chip", ""), info.get("hwirq")
-    if chip.upper().startswith("GIC") and hwirq is not None and 16 <= hwirq <= 31:
-        return "per-CPU interrupt (GIC PPI %d)" % hwirq
-    if PERCPU_NAMES.match(name):
-        return "per-CPU interrupt (%s)" % name
-    if any(p.match(name) for p in MANAGED_NAMES):
-        return "managed interrupt (multi-queue device: %s)" % name
-    for pattern in patterns:
-        if pattern.search(name):
-            return "named unmovable by unmovable_names (%s)" % pattern.pattern
-    return None
 
 
 # --------------------------------------------------------------------------
@@ -316,29 +217,6 @@ class Plan(object):
         self.workqueue = None
 
 
-def _refused_key(irq, name):
-    return "%d %s" % (irq, name)
-
-
-def validate_cpus(root, text):
-    try:
-        cpus = cpulist.parse_cpulist(text)
-    except ValueError as exc:
-        raise IrqError(["cpus: %s" % exc]) from None
-    if not cpus:
-        raise IrqError(["cpus is empty: give the housekeeping CPUs, for example 0-3"])
-    online_path = under(root, CPU_ONLINE)
-    try:
-        online = cpulist.parse_cpulist(read_value(online_path))
-    except (OSError, ValueError) as exc:
-        raise IrqError(["cannot read the online CPUs from %s: %s" % (online_path, exc)]) from None
-    offline = [c for c in cpus if c not in online]
-    if offline:
-        raise IrqError(["housekeeping CPUs %s are not online (online: %s); nothing was changed"
-                        % (cpulist.format_cpulist(offline), cpulist.format_cpulist(online))])
-    return cpus
-
-
 def _mask_file(root, relpath, cpus, keep_subsets, check_mode):
     """Plan/apply one hex-mask file; returns a report dict and the diff lines."""
     path = under(root, relpath)
@@ -347,7 +225,7 @@ def _mask_file(root, relpath, cpus, keep_subsets, check_mode):
         before = cpulist.parse_cpumask(text)
     except ValueError as exc:
         raise IrqError(["%s: %s" % (path, exc)]) from None
-    target = before if (keep_subsets and before and set(before) <= set(cpus)) else cpus
+    target = edge_irq.mask_target(before, cpus, keep_subsets)
     report = {"path": path, "before": cpulist.format_cpulist(before), "after": cpulist.format_cpulist(target)}
     if target != before and not check_mode:
         width = max(len(text.replace(",", "")) * 4, max(cpus) + 1)
@@ -368,38 +246,26 @@ def run(root="/", cpus="", keep_subsets=True, default_affinity=True, workqueue=T
         unmovable_names=(), known_refused=(), check_mode=False):
     """Read, validate, plan and (unless check_mode) apply and read back. Returns a Plan."""
     wanted = validate_cpus(root, cpus)
-    try:
-        patterns = [re.compile(p) for p in unmovable_names or []]
-    except re.error as exc:
-        raise IrqError(["unmovable_names: bad regular expression: %s" % exc]) from None
-    irqs = read_irqs(root)
-    try:
-        interrupts = parse_interrupts(read_value(under(root, INTERRUPTS)))
-    except OSError:
-        interrupts = {}
-    known = set(known_refused or [])
+    patterns = edge_irq.compile_patterns(unmovable_names)
+    irqs = edge_irq.classify(read_irqs(root), edge_irq.read_interrupts(root), wanted, keep_subsets, patterns,
+                             known_refused)
     plan = Plan()
     wanted_text = cpulist.format_cpulist(wanted)
 
     for item in irqs:
-        irq, path, current = item["irq"], item["path"], item["affinity"]
-        info = interrupts.get(irq, {})
-        name = info.get("name", "")
+        irq, path, current, name, reason = item["irq"], item["path"], item["affinity"], item["name"], item["hint"]
         current_text = cpulist.format_cpulist(current)
         plan.lines_before.append("%s: %s" % (path, current_text))
         entry = {"irq": irq, "name": name}
-        if current == wanted:
+        if item["status"] in ("ok", "kept"):
+            if item["status"] == "kept":
+                plan.kept.append(dict(entry, affinity=current_text))
             plan.lines_after.append("%s: %s" % (path, current_text))
             continue
-        if keep_subsets and current and set(current) <= set(wanted):
-            plan.kept.append(dict(entry, affinity=current_text))
-            plan.lines_after.append("%s: %s" % (path, current_text))
-            continue
-        reason = hint(info, patterns)
-        unmovable = dict(entry, chip=info.get("chip", ""), affinity=current_text,
+        unmovable = dict(entry, chip=item["chip"], affinity=current_text,
                          outside=bool(set(current) - set(wanted)))
         if check_mode:
-            if reason or _refused_key(irq, name) in known:
+            if reason or item["known_refused"]:
                 why = reason or "refused on an earlier run (state file)"
                 plan.unmovable.append(dict(unmovable, reason="predicted: " + why))
                 plan.lines_after.append("%s: %s" % (path, current_text))
@@ -432,7 +298,7 @@ def run(root="/", cpus="", keep_subsets=True, default_affinity=True, workqueue=T
             continue
         plan.moved.append(dict(entry, before=current_text, after=wanted_text))
 
-    for enabled, relpath, attr in ((default_affinity, IRQ_DIR + "/default_smp_affinity", "default_affinity"),
+    for enabled, relpath, attr in ((default_affinity, edge_irq.DEFAULT_AFFINITY, "default_affinity"),
                                    (workqueue, WORKQUEUE_MASK, "workqueue")):
         if not enabled:
             continue
@@ -488,30 +354,6 @@ def state_document(cpus_text, keep_subsets, default_affinity, workqueue, unmovab
            "workqueue": bool(workqueue), "unmovable_names": list(unmovable_names or []),
            "refused": [{"irq": irq, "name": name} for irq, name in refused]}
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
-
-
-def read_state(path):
-    """The state file's document, or None when it does not exist."""
-    try:
-        with open(path, "r") as handle:
-            text = handle.read()
-    except OSError as exc:
-        if exc.errno == errno.ENOENT:
-            return None, None
-        raise IrqError(["cannot read state file %s: %s" % (path, exc.strerror or exc)]) from None
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        return text, None
-    if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
-        return text, None
-    return text, doc
-
-
-def known_refusals(doc):
-    refused = (doc or {}).get("refused") or []
-    return {_refused_key(r["irq"], r.get("name", "")) for r in refused
-            if isinstance(r, dict) and isinstance(r.get("irq"), int)}
 
 
 def main():

@@ -15,6 +15,15 @@ Check kinds:
              path, desired, compare (``text`` or ``cpulist``).
 ``file``     a persisted file (unit, config, state file): its sha1 against the
              sha1 of the content the role renders.  Keys: path, sha1.
+``irq_affinity``  interrupt steering (role edge_cpu), running only, classified by
+             the same code the edge_irq_affinity module moves interrupts with
+             (module_utils/edge_irq.py).  Keys: cpus (the housekeeping CPUs),
+             target (``irqs``, ``default_affinity`` or ``workqueue``), and for
+             irqs keep_subsets, unmovable_names, state_file (the module's record
+             of the interrupts the kernel refused to move), inference (CPU list,
+             named in the detail).  A movable interrupt that reaches CPUs outside
+             the housekeeping set is drift; a per-CPU or managed one the kernel
+             places itself (hinted by /proc/interrupts, or refused earlier) is not.
 ``unsupported``  the role found the feature missing; Keys: reason.
 
 States: ok, drifted, pending-reboot (persisted but not running: a boot-only
@@ -26,7 +35,14 @@ import os
 
 from ansible.module_utils.edge_bootfile import plan_files
 from ansible.module_utils.edge_cmdline import pending_changes, split_cmdline, token_key
-from ansible.module_utils.edge_cpulist import parse_cpulist
+from ansible.module_utils.edge_cpulist import format_cpulist, parse_cpulist, parse_cpumask
+
+try:
+    from ansible.module_utils.edge_irq import (DEFAULT_AFFINITY, WORKQUEUE_MASK, IrqError, classify, compile_patterns,
+                                               known_refusals, mask_target, read_interrupts, read_irqs, read_state,
+                                               validate_cpus)
+except ImportError:  # an on-device install without edge_irq.py: only the irq_affinity checks fail
+    classify = None
 
 STATES = ("ok", "drifted", "pending-reboot", "unsupported", "error")
 
@@ -93,13 +109,57 @@ def check_file(check, root):
     return ("ok" if same else "drifted"), ("" if same else "%s was changed" % check["path"]), digest, None
 
 
-CHECKERS = {"cmdline": check_cmdline, "value": check_value, "file": check_file}
+def _irqs_state(check, root, wanted):
+    state_file = check.get("state_file")
+    doc = read_state(_under(root, state_file))[1] if state_file else None
+    classified = classify(read_irqs(root), read_interrupts(root), wanted, check.get("keep_subsets", True),
+                          compile_patterns(check.get("unmovable_names")), known_refusals(doc))
+    movable = [c for c in classified if not (c["status"] == "move" and (c["hint"] or c["known_refused"]))]
+    stray = [c for c in movable if c["status"] == "move"]
+    running = ["%d %s: %s" % (c["irq"], c["name"] or "?", format_cpulist(c["affinity"])) for c in movable]
+    if not stray:
+        return "ok", "", None, running
+    inference = set(parse_cpulist(str(check.get("inference") or "")))
+    parts = []
+    for c in stray:
+        outside = sorted(set(c["affinity"]) - set(wanted))
+        reached = sorted(set(outside) & inference)
+        parts.append("IRQ %d (%s) on %s, reaches %s CPUs %s" % (
+            c["irq"], c["name"] or "?", format_cpulist(c["affinity"]), "inference" if reached else "non-housekeeping",
+            format_cpulist(reached or outside)))
+    return "drifted", "%s; desired %s" % ("; ".join(parts), format_cpulist(wanted)), None, running
+
+
+def check_irq_affinity(check, root):
+    if classify is None:
+        return "error", "module_utils/edge_irq.py is not installed beside the audit", None, None
+    target = check.get("target", "irqs")
+    try:
+        wanted = validate_cpus(root, str(check["cpus"]))
+        if target == "irqs":
+            return _irqs_state(check, root, wanted)
+        relpath = {"default_affinity": DEFAULT_AFFINITY, "workqueue": WORKQUEUE_MASK}[target]
+        path = _under(root, relpath)
+        if not os.path.exists(path):
+            if target == "workqueue":
+                return "unsupported", "this kernel has no unbound workqueue cpumask (/%s)" % relpath, None, None
+            return "drifted", "/%s is missing" % relpath, None, None
+        before = parse_cpumask(_read(root, relpath).strip())
+    except IrqError as exc:
+        return "error", str(exc), None, None
+    running = format_cpulist(before)
+    if mask_target(before, wanted, check.get("keep_subsets", True)) == before:
+        return "ok", "", None, running
+    return "drifted", "/%s is %s, desired %s" % (relpath, running, format_cpulist(wanted)), None, running
+
+
+CHECKERS = {"cmdline": check_cmdline, "value": check_value, "file": check_file, "irq_affinity": check_irq_affinity}
 
 
 def evaluate(check, root="/"):
     """One check -> a result dict (setting, role, state, detail, desired, persisted, running)."""
     result = {"setting": check["setting"], "role": check.get("role", ""),
-              "desired": check.get("desired", check.get("args", check.get("sha1")))}
+              "desired": check.get("desired", check.get("args", check.get("sha1", check.get("cpus"))))}
     if check["kind"] == "unsupported":
         result.update(state="unsupported", detail=check.get("reason", ""), persisted=None, running=None)
         return result

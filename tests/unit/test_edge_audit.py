@@ -141,3 +141,121 @@ def test_on_device_command_writes_the_textfile_and_exits_1_on_drift(tmp_path):
     assert run.returncode == 1, run.stderr
     assert "drifted" in run.stdout
     assert 'state="drifted"} 1' in prom.read_text()
+
+
+# --------------------------------------------------------------------------
+# irq_affinity: an RK3588-like tree (housekeeping 0-3, inference 4-7)
+
+RK_IRQS = [  # irq, chip, hwirq, trigger, name, affinity after a converged run
+    (11, "GICv3", 26, "Level", "arch_timer", "0-7"),     # per-CPU (GIC PPI): the kernel keeps it everywhere
+    (40, "GICv3", 252, "Level", "xhci-hcd:usb1", "0-3"),
+    (84, "ITS-MSI", 524291, "Edge", "nvme0q3", "4-5"),   # managed: the kernel spread it
+    (90, "ITS-MSI", 1048576, "Edge", "enP4p65s0", "0-3"),
+    (95, "GICv3", 300, "Level", "vendor-thing", "0-7"),  # refused on the run (recorded), no hint
+]
+
+
+def irq_device(tmp_path, overrides=None, workqueue="0f"):
+    overrides = overrides or {}
+    lines = ["           " + "".join("CPU%-8d" % c for c in range(8)).rstrip()]
+    for irq, chip, hwirq, trigger, name, cpus in RK_IRQS:
+        directory = tmp_path / "proc/irq" / str(irq)
+        directory.mkdir(parents=True)
+        (directory / "smp_affinity_list").write_text(overrides.get(irq, cpus) + "\n")
+        lines.append("%4d: %s %8s %3d %-8s %s" % (irq, "         1 " * 8, chip, hwirq, trigger, name))
+    (tmp_path / "proc/interrupts").write_text("\n".join(lines) + "\n")
+    (tmp_path / "proc/irq/default_smp_affinity").write_text("0f\n")
+    online = tmp_path / "sys/devices/system/cpu/online"
+    online.parent.mkdir(parents=True)
+    online.write_text("0-7\n")
+    if workqueue is not None:
+        wq = tmp_path / "sys/devices/virtual/workqueue/cpumask"
+        wq.parent.mkdir(parents=True)
+        wq.write_text(workqueue + "\n")
+    state = tmp_path / "etc/edgetune/cpu-affinity.json"
+    state.parent.mkdir(parents=True)
+    state.write_text(json.dumps({"format": 1, "cpus": "0-3", "refused": [
+        {"irq": 11, "name": "arch_timer"}, {"irq": 84, "name": "nvme0q3"}, {"irq": 95, "name": "vendor-thing"}]}))
+    return tmp_path
+
+
+def irq_check(**extra):
+    check = {"setting": "IRQ affinity", "role": "edge_cpu", "kind": "irq_affinity", "cpus": "0-3",
+             "inference": "4-7", "keep_subsets": True, "unmovable_names": [],
+             "state_file": "/etc/edgetune/cpu-affinity.json"}
+    check.update(extra)
+    return check
+
+
+def test_irqs_where_the_module_left_them_are_ok(tmp_path):
+    root = irq_device(tmp_path)
+    result = evaluate(irq_check(), str(root))
+    assert result["state"] == "ok", result
+    assert "90 enP4p65s0: 0-3" in result["running"]
+    # per-CPU and managed interrupts on inference CPUs are the kernel's doing, not drift
+    assert not any(line.startswith(("11 ", "84 ")) for line in result["running"])
+
+
+def test_movable_irq_moved_onto_inference_cpus_is_drift(tmp_path):
+    root = irq_device(tmp_path, {90: "4-7"})
+    result = evaluate(irq_check(), str(root))
+    assert result["state"] == "drifted"
+    assert "IRQ 90 (enP4p65s0) on 4-7, reaches inference CPUs 4-7" in result["detail"]
+    assert "IRQ 40" not in result["detail"]
+
+
+def test_irq_refused_earlier_is_not_drift_but_without_the_record_it_is(tmp_path):
+    root = irq_device(tmp_path)
+    assert evaluate(irq_check(), str(root))["state"] == "ok"
+    result = evaluate(irq_check(state_file=None), str(root))
+    assert result["state"] == "drifted" and "IRQ 95 (vendor-thing)" in result["detail"]
+    assert "IRQ 11" not in result["detail"] and "IRQ 84" not in result["detail"]  # hinted by /proc/interrupts
+
+
+def test_irq_on_a_housekeeping_subset_is_kept_unless_exact_sets_are_wanted(tmp_path):
+    root = irq_device(tmp_path, {40: "2"})
+    assert evaluate(irq_check(), str(root))["state"] == "ok"
+    result = evaluate(irq_check(keep_subsets=False), str(root))
+    assert result["state"] == "drifted" and "IRQ 40 (xhci-hcd:usb1) on 2" in result["detail"]
+
+
+def test_workqueue_and_default_affinity_masks(tmp_path):
+    root = irq_device(tmp_path, workqueue="ff")
+    wq = evaluate(irq_check(setting="workqueue", target="workqueue"), str(root))
+    assert wq["state"] == "drifted" and wq["running"] == "0-7"
+    default = evaluate(irq_check(setting="default", target="default_affinity"), str(root))
+    assert default["state"] == "ok" and default["running"] == "0-3"
+    (root / "proc/irq/default_smp_affinity").write_text("f0\n")
+    assert evaluate(irq_check(setting="default", target="default_affinity"), str(root))["state"] == "drifted"
+
+
+def test_kernel_without_workqueue_cpumask_is_unsupported(tmp_path):
+    root = irq_device(tmp_path, workqueue=None)
+    result = evaluate(irq_check(setting="workqueue", target="workqueue"), str(root))
+    assert result["state"] == "unsupported" and "no unbound workqueue cpumask" in result["detail"]
+
+
+def test_offline_housekeeping_cpus_are_an_error_not_ok(tmp_path):
+    root = irq_device(tmp_path)
+    (root / "sys/devices/system/cpu/online").write_text("4-7\n")
+    result = evaluate(irq_check(), str(root))
+    assert result["state"] == "error" and "not online" in result["detail"]
+
+
+def test_audit_and_module_check_mode_agree_on_what_would_move(tmp_path):
+    """The same classification: what the module would move is exactly what the audit calls drift."""
+    import edge_irq_affinity as irqmod
+    root = irq_device(tmp_path, {40: "4-7", 90: "0-7", 84: "6-7", 11: "0-7"})
+    known = irqmod.known_refusals(irqmod.read_state(str(root / "etc/edgetune/cpu-affinity.json"))[1])
+    plan = irqmod.run(str(root), "0-3", known_refused=known, check_mode=True)
+    detail = evaluate(irq_check(), str(root))["detail"]
+    assert sorted(m["irq"] for m in plan.moved) == [40, 90]
+    assert "IRQ 40 " in detail and "IRQ 90 " in detail
+    assert "IRQ 84" not in detail and "IRQ 11" not in detail
+
+
+def test_irq_audit_writes_nothing(tmp_path):
+    root = irq_device(tmp_path, {90: "4-7"}, workqueue="ff")
+    before = snapshot(root)
+    audit([irq_check(), irq_check(target="workqueue"), irq_check(target="default_affinity")], str(root))
+    assert snapshot(root) == before

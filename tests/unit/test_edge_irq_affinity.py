@@ -520,7 +520,7 @@ def test_cli_reapplies_after_reboot_with_really_refusing_files(rk, tmp_path, cap
 
 
 def test_cli_runs_from_the_installed_layout_without_ansible(rk, tmp_path, monkeypatch, capsys):
-    """The boot unit ships edge_irq_affinity.py with module_utils/edge_cpulist.py beside it."""
+    """The boot unit ships edge_irq_affinity.py with module_utils/edge_cpulist.py and edge_irq.py beside it."""
     python = PY38 if os.path.exists(PY38) else sys.executable
     monkeypatch.setattr(irqmod, "write_value", FakeKernel("rk3588"))
     state = tmp_path / "cpu-affinity.json"
@@ -530,7 +530,8 @@ def test_cli_runs_from_the_installed_layout_without_ansible(rk, tmp_path, monkey
     install = tmp_path / "usr/local/lib/edgetune"
     (install / "module_utils").mkdir(parents=True)
     shutil.copy(str(REPO / "library/edge_irq_affinity.py"), str(install / "edge_irq_affinity.py"))
-    shutil.copy(str(REPO / "module_utils/edge_cpulist.py"), str(install / "module_utils/edge_cpulist.py"))
+    for name in ("edge_cpulist.py", "edge_irq.py"):
+        shutil.copy(str(REPO / "module_utils" / name), str(install / "module_utils" / name))
     done = subprocess.run([python, str(install / "edge_irq_affinity.py"), "--apply-state", str(state),
                            "--root", str(rk)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, env=dict(os.environ, PYTHONPATH=""))
