@@ -19,7 +19,6 @@ floating-point forward pass.
 import argparse
 import base64
 import gzip
-import importlib.util
 import io
 import json
 import re
@@ -28,6 +27,7 @@ import tarfile
 from fractions import Fraction
 from pathlib import Path
 
+from edgetune import device_code
 from edgetune.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,17 +44,10 @@ RUNTIME_COMPAT = {
 }
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # The device-side code, loaded by path: the packager writes exactly what the
 # module and the runtime read.
-artifact = _load("edge_artifact", REPO / "module_utils" / "edge_artifact.py")
-engine_mod = _load("edgetune_runtime_engine", RUNTIME_DIR / "edgetune_runtime" / "engine.py")
+artifact = device_code.module_util("edge_artifact")
+engine_mod = device_code.load_file("edgetune_runtime_engine", RUNTIME_DIR / "edgetune_runtime" / "engine.py")
 
 
 def runtime_version():

@@ -8,10 +8,11 @@ P99, max, mean and QPS (nearest-rank percentiles, the same method as the
 deploy gate in module_utils/edge_latency.py). Exit codes: 0, 1 when --p99-ms
 is exceeded or requests failed, 2 on usage errors or when nothing answers.
 
-This file uses only the standard library at import time and runs on Python
+The requests are sent by module_utils/edge_latency.py, the deploy gate's own
+load generator. Both files use only the standard library and run on Python
 3.8, so the same code measures on a device with its system Python:
 
-    python3 - latency --url http://127.0.0.1:8470 --json < tools/edgetune/bench.py
+    cat module_utils/edge_latency.py tools/edgetune/bench.py | python3 - latency --url http://127.0.0.1:8470
 
 (tools/bench-runtime does that inside a twin). The PNG histogram needs
 matplotlib on the controller.
@@ -19,37 +20,19 @@ matplotlib on the controller.
 import argparse
 import http.client
 import json
-import math
 import sys
-import threading
-import time
 from urllib.parse import urlsplit
 
 try:
+    from edgetune import device_code
     from edgetune.errors import UsageError
-except ImportError:  # run standalone on a device
+except ImportError:  # piped onto a device after module_utils/edge_latency.py (tools/bench-runtime)
     class UsageError(Exception):
         pass
-
-
-def percentile(sorted_values, p):
-    """Nearest-rank percentile of an ascending list (p in (0, 100])."""
-    if not sorted_values:
-        return None
-    rank = max(1, int(math.ceil(p / 100.0 * len(sorted_values))))
-    return sorted_values[min(rank, len(sorted_values)) - 1]
-
-
-def summarize(samples_ms, errors, duration_s):
-    values = sorted(samples_ms)
-    out = {"count": len(values), "errors": errors, "duration_s": round(duration_s, 3),
-           "qps": round(len(values) / duration_s, 2) if duration_s > 0 else None}
-    for name, p in (("p50_ms", 50), ("p90_ms", 90), ("p99_ms", 99)):
-        value = percentile(values, p)
-        out[name] = round(value, 3) if value is not None else None
-    out["max_ms"] = round(values[-1], 3) if values else None
-    out["mean_ms"] = round(sum(values) / len(values), 3) if values else None
-    return out
+else:
+    # The deploy gate's load generator and percentiles: one implementation.
+    _latency = device_code.module_util("edge_latency")
+    percentile, run_load, summarize = _latency.percentile, _latency.run_load, _latency.summarize
 
 
 def parse_url(url):
@@ -63,54 +46,8 @@ def parse_url(url):
 def measure(url, requests=500, concurrency=1, warmup=20, body=b'{"sample": 0}', timeout=10.0):
     """Latency samples (ms, completion order) of ``requests`` POSTs after ``warmup`` ones."""
     host, port, path = parse_url(url)
-    headers = {"Content-Type": "application/json", "Connection": "keep-alive"}
-    lock = threading.Lock()
-    state = {"next": 0, "errors": 0, "first_error": None, "start": None, "end": None}
-    samples = []
-
-    def worker():
-        conn = http.client.HTTPConnection(host, port, timeout=timeout)
-        try:
-            while True:
-                with lock:
-                    if state["next"] >= warmup + requests:
-                        return
-                    index = state["next"]
-                    state["next"] += 1
-                began = time.perf_counter()
-                try:
-                    conn.request("POST", path, body=body, headers=headers)
-                    response = conn.getresponse()
-                    data = response.read()
-                    status = response.status
-                except (OSError, http.client.HTTPException) as exc:
-                    status, data = None, str(exc).encode()
-                    conn.close()
-                    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-                ended = time.perf_counter()
-                if index < warmup:
-                    continue
-                with lock:
-                    state["start"] = began if state["start"] is None else min(state["start"], began)
-                    state["end"] = ended if state["end"] is None else max(state["end"], ended)
-                    if status == 200:
-                        samples.append((ended - began) * 1000.0)
-                    else:
-                        state["errors"] += 1
-                        if state["first_error"] is None:
-                            state["first_error"] = "%s %s" % (status, data[:200].decode("utf-8", "replace"))
-        finally:
-            conn.close()
-
-    threads = [threading.Thread(target=worker, name="bench-%d" % i) for i in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    duration = (state["end"] - state["start"]) if state["start"] is not None else 0.0
-    result = summarize(samples, state["errors"], duration)
-    result.update(url="http://%s:%d%s" % (host, port, path), concurrency=concurrency, warmup=warmup,
-                  first_error=state["first_error"], samples_ms=[round(s, 3) for s in samples])
+    result = run_load(host, port, path, body, requests, concurrency, warmup, timeout, keep_samples=True)
+    result.update(url="http://%s:%d%s" % (host, port, path), concurrency=concurrency, warmup=warmup)
     return result
 
 

@@ -10,26 +10,18 @@ the device.
 Exit codes: 0 shown, 2 usage or environment error (no such device, unreadable
 or truncated config space, e.g. read without root).
 """
-import importlib.util
 import json
 import os
-from pathlib import Path
 
+from edgetune import device_code
 from edgetune.errors import UsageError
-
-PARSER_FILE = Path(__file__).resolve().parents[2] / "module_utils" / "edge_pcie.py"
 
 HEADER = ("DEVICE", "PORT TYPE", "CAPABILITY", "VC", "ID", "ENABLED", "TC/VC MAP", "TCS", "NEGOTIATION")
 
 
-def load_parser(path=PARSER_FILE):
+def load_parser():
     """The project's module_utils/edge_pcie.py (one implementation for the module and this tool)."""
-    if not path.is_file():
-        raise UsageError("cannot find %s; run edgetune from the edgetune checkout (pip install -e tools)" % path)
-    spec = importlib.util.spec_from_file_location("edgetune_edge_pcie", str(path))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return device_code.module_util("edge_pcie")
 
 
 def tc_list(tcs):
