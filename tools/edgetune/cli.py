@@ -14,7 +14,8 @@ from edgetune.twin import manager
 # Each tool module adds its own subcommand: add_parser(subparsers) registers
 # it with set_defaults(func=...); the function returns the exit code and
 # raises edgetune.errors.UsageError for one-line usage/environment errors.
-TOOL_MODULES = ["edgetune.audit", "edgetune.pcie", "edgetune.bpf", "edgetune.bench", "edgetune.artifacts"]
+TOOL_MODULES = ["edgetune.audit", "edgetune.pcie", "edgetune.bpf", "edgetune.bench", "edgetune.artifacts",
+                "edgetune.vm.cli"]
 
 DEFAULT_FLEET = "orin-nx-16gb-r36:1,agx-orin-64gb-r35:1,rock5b-rk3588:1"
 

@@ -1,0 +1,93 @@
+"""`edgetune vm`: the VM twin (a real kernel and bootloader under qemu)."""
+import json
+import sys
+import time
+
+from edgetune.vm import image, runner
+
+
+def say(message):
+    print("edgetune: " + message, file=sys.stderr, flush=True)
+
+
+def cmd_build(args):
+    started = time.time()
+    reused = image.cached() is not None and not args.force
+    path = image.build(say, force=args.force)
+    say("%s VM image %s in %.0f s" % ("reused" if reused else "built", path, time.time() - started))
+    print(path)
+    return 0
+
+
+def cmd_up(args):
+    started = time.time()
+    st, path = runner.up(args.inventory_dir, timeout=args.timeout, port=args.port, say=say)
+    say("VM %s up in %.0f s (ssh 127.0.0.1:%d); inventory %s" % (runner.NAME, time.time() - started, st["port"], path))
+    if args.json:
+        print(json.dumps(status_dict(st)))
+    return 0
+
+
+def cmd_down(args):
+    if runner.down(args.inventory_dir):
+        say("VM %s stopped" % runner.NAME)
+    return 0
+
+
+def status_dict(st):
+    if st is None:
+        return {"name": runner.NAME, "running": False, "image": str(image.cached() or "")}
+    return {"name": runner.NAME, "running": True, "pid": st["pid"], "port": st["port"],
+            "address": "127.0.0.1", "user": "root", "image": st["image"],
+            "identity_file": st["image"] + "/id_ed25519", "known_hosts": str(runner.RUN / "known_hosts"),
+            "host_key_alias": image.HOST_KEY_ALIAS, "serial_log": str(runner.RUN / "serial.log")}
+
+
+def cmd_status(args):
+    st = runner.state()
+    data = status_dict(st)
+    if st is not None:
+        data["ssh"] = runner.ssh_answers(st)
+    if args.json:
+        print(json.dumps(data, indent=2))
+    elif st is None:
+        print("%s: stopped (image %s)" % (runner.NAME, data["image"] or "not built"))
+    else:
+        print("%s: running, pid %d, ssh 127.0.0.1:%d (%s), serial log %s"
+              % (runner.NAME, st["pid"], st["port"], "answers" if data["ssh"] else "not answering",
+                 data["serial_log"]))
+    return 0 if st is not None else 1
+
+
+def cmd_console(args):
+    if args.boot_label:
+        runner.boot_label(args.boot_label, reset=args.reset, timeout=args.timeout, say=say)
+        return 0
+    runner.interactive_console()
+    return 0
+
+
+def add_parser(subparsers):
+    vm = subparsers.add_parser("vm", help="the VM twin: real kernel and bootloader under qemu (emulated)")
+    sub = vm.add_subparsers(dest="vm_command", required=True)
+    p = sub.add_parser("build", help="build the VM image (cached in .cache/vm/, needs root)")
+    p.add_argument("--force", action="store_true", help="rebuild even if cached")
+    p.set_defaults(func=cmd_build)
+    p = sub.add_parser("up", help="boot the VM (overlay on the cached image), wait for SSH, "
+                                  "write inventory/twin/vm.yml")
+    p.add_argument("--inventory-dir", default="inventory/twin")
+    p.add_argument("--timeout", type=int, default=runner.BOOT_TIMEOUT, help="seconds to wait for SSH")
+    p.add_argument("--port", type=int, help="SSH port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--json", action="store_true", help="print the connection details as JSON")
+    p.set_defaults(func=cmd_up)
+    p = sub.add_parser("down", help="stop the VM and remove inventory/twin/vm.yml")
+    p.add_argument("--inventory-dir", default="inventory/twin")
+    p.set_defaults(func=cmd_down)
+    p = sub.add_parser("status", help="is the VM running, its port and serial log (exit 1: stopped)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+    p = sub.add_parser("console", help="attach to the serial console (Ctrl-] detaches)")
+    p.add_argument("--boot-label", help="type this label at the syslinux boot: prompt, then detach")
+    p.add_argument("--reset", action="store_true", help="with --boot-label: press reset first")
+    p.add_argument("--timeout", type=int, default=120, help="seconds to wait for the boot: prompt")
+    p.set_defaults(func=cmd_console)
