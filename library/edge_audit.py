@@ -23,7 +23,17 @@ version_added: "0.1.0"
 author: edgetune
 options:
   checks:
-    description: The checks (see module_utils/edge_audit.py for the kinds and their keys).
+    description:
+      - The checks, each with C(setting), C(role) and C(kind) (module_utils/edge_audit.py documents every key).
+      - C(cmdline) boot arguments (boot file planned with the edge_kernel_cmdline code, and C(/proc/cmdline)).
+      - C(value) a running value such as a sysfs or C(/proc/sys) file (C(path), C(desired), C(compare)).
+      - C(file) a persisted file against the sha1 of what the role renders (C(path), C(sha1)).
+      - C(irq_affinity) interrupt steering, classified by the code the edge_irq_affinity module moves
+        interrupts with (module_utils/edge_irq.py), with C(cpus) (housekeeping), C(target) (C(irqs),
+        C(default_affinity) or C(workqueue)), C(keep_subsets), C(unmovable_names), C(state_file),
+        C(inference). A movable interrupt reaching CPUs outside C(cpus) is drift; per-CPU and managed
+        interrupts (hinted by C(/proc/interrupts) or recorded as refused in C(state_file)) are not.
+      - C(unsupported) a setting the role found the device cannot have (C(reason)).
     type: list
     elements: dict
     required: true
@@ -58,6 +68,12 @@ EXAMPLES = r"""
         path: /boot/extlinux/extlinux.conf
         args: [isolcpus=managed_irq,domain,4-7]
         absent: []
+      - setting: IRQ affinity
+        role: edge_cpu
+        kind: irq_affinity
+        cpus: 0-3
+        inference: 4-7
+        state_file: /etc/edgetune/cpu-affinity.json
   register: audit
 """
 
