@@ -26,7 +26,8 @@ options:
     description:
       - The checks, each with C(setting), C(role) and C(kind) (module_utils/edge_audit.py documents every key).
       - C(cmdline) boot arguments (boot file planned with the edge_kernel_cmdline code, and C(/proc/cmdline)).
-      - C(value) a running value such as a sysfs or C(/proc/sys) file (C(path), C(desired), C(compare)).
+      - C(value) a running value such as a sysfs, C(/proc/sys) or cgroup file (C(path), C(desired), C(compare)
+        C(text), C(cpulist), or C(bytes) for a memory limit the kernel rounded down to whole pages).
       - C(file) a persisted file against the sha1 of what the role renders (C(path), C(sha1)).
       - C(irq_affinity) interrupt steering, classified by the code the edge_irq_affinity module moves
         interrupts with (module_utils/edge_irq.py), with C(cpus) (housekeeping), C(target) (C(irqs),

@@ -12,7 +12,8 @@ Check kinds:
              Keys: bootloader, path, args, absent, state_file (arguments a
              previous run set and the intent dropped count as absent).
 ``value``    a runtime value such as a sysfs attribute: running only.  Keys:
-             path, desired, compare (``text`` or ``cpulist``).
+             path, desired, compare (``text``, ``cpulist``, or ``bytes``: a
+             memory limit the kernel rounded down to whole pages).
 ``file``     a persisted file (unit, config, state file): its sha1 against the
              sha1 of the content the role renders.  Keys: path, sha1.
 ``irq_affinity``  interrupt steering (role edge_cpu), running only, classified by
@@ -44,6 +45,8 @@ try:
 except ImportError:  # an on-device install without edge_irq.py: only the irq_affinity checks fail
     classify = None
 
+# The largest page size a memory limit is rounded down to (arm64 64 KiB pages).
+PAGE_ROUNDING = 65536
 STATES = ("ok", "drifted", "pending-reboot", "unsupported", "error")
 
 
@@ -93,6 +96,9 @@ def check_value(check, root):
     desired = str(check["desired"])
     if check.get("compare") == "cpulist":
         same = parse_cpulist(running) == parse_cpulist(desired)
+    elif check.get("compare") == "bytes" and running.isdigit() and desired.isdigit():
+        # The kernel rounds a memory limit down to whole pages (4-64 KiB).
+        same = 0 <= int(desired) - int(running) < PAGE_ROUNDING
     else:
         same = running == desired
     detail = "" if same else "%s is %r, desired %r" % (check["path"], running, desired)

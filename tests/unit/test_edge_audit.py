@@ -259,3 +259,18 @@ def test_irq_audit_writes_nothing(tmp_path):
     before = snapshot(root)
     audit([irq_check(), irq_check(target="workqueue"), irq_check(target="default_affinity")], str(root))
     assert snapshot(root) == before
+
+
+def test_memory_limits_compare_as_bytes_rounded_down_to_pages(tmp_path):
+    limit = tmp_path / "sys/fs/cgroup/memory/ai.slice/ai-infer.slice/memory.limit_in_bytes"
+    limit.parent.mkdir(parents=True)
+    check = {"setting": "MemoryMax", "kind": "value", "path": "/sys/fs/cgroup/memory/ai.slice/ai-infer.slice/"
+             "memory.limit_in_bytes", "desired": "22748862873", "compare": "bytes"}
+    limit.write_text("22748860416\n")  # what the kernel keeps of MemoryMax=90% of 24684096 kB: whole 4 KiB pages
+    assert evaluate(check, str(tmp_path))["state"] == "ok"
+    limit.write_text("9223372036854771712\n")  # no limit any more
+    assert evaluate(check, str(tmp_path))["state"] == "drifted"
+    limit.write_text("22748862874\n")  # above the desired limit
+    assert evaluate(check, str(tmp_path))["state"] == "drifted"
+    limit.write_text("max\n")
+    assert evaluate(check, str(tmp_path))["state"] == "drifted"
