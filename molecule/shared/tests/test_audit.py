@@ -21,11 +21,72 @@ def states(hosts, name):
     return {r["setting"]: r["state"] for r in hosts[name]["results"]}
 
 
+def results(hosts, name):
+    return {r["setting"]: r for r in hosts[name]["results"]}
+
+
 def test_converged_twin_is_clean(host):
     code, hosts = audit(host)
     assert code == 0, hosts
     assert hosts[host.backend.host]["status"] == "clean"
     assert set(states(hosts, host.backend.host).values()) <= {"ok", "unsupported"}
+
+
+def test_converged_twin_publishes_the_cpu_cgroups_and_runtime_checks(host):
+    found = results(audit(host)[1], host.backend.host)
+    for setting in ("IRQ affinity", "default IRQ affinity", "unbound workqueue cpumask", "edgetune-irq-affinity unit",
+                    "sysctl kernel.sched_rt_runtime_us", "sysctl file /etc/sysctl.d/60-edgetune-cpu.conf",
+                    "ai-infer.slice unit", "ai-infer.slice CPUWeight", "ai-infer.slice CPUQuota",
+                    "ai-infer.slice MemoryMax", "runtime unit", "runtime environment"):
+        assert found[setting]["state"] == "ok", found.get(setting)
+    if host.file("/sys/fs/cgroup/cpu").exists:  # cgroup v1 or hybrid: the v2-only settings are said so
+        unsupported = [s for s in found if s.startswith("ai-infer.slice ") and "AllowedCPUs" in s]
+        assert unsupported and found[unsupported[0]]["state"] == "unsupported"
+        assert "NOT enforced" in found[unsupported[0]]["detail"]
+
+
+def test_drift_by_hand_is_classified_and_one_site_run_fixes_it(host, expected):
+    """A governor changed, a movable IRQ moved onto the inference CPUs, the runtime's and the
+    slice's units edited: each drifted, named; the ordinary site.yml run repairs them all."""
+    name = host.backend.host
+    before = results(audit(host)[1], name)
+    governor = next(s for s, r in sorted(before.items()) if s.startswith("cpufreq ") and s.endswith(" governor"))
+    policy = governor.split()[1]
+    gov_path = "/sys/devices/system/cpu/cpufreq/%s/scaling_governor" % policy
+    other = next(g for g in host.file("/sys/devices/system/cpu/cpufreq/%s/scaling_available_governors" % policy)
+                 .content_string.split() if g != before[governor]["desired"])
+    # A movable IRQ: one the twin does not make the kernel refuse (its own record, not the role's).
+    unmovable = set(host.file("/run/edgetune-twin/unmovable-irqs").content_string.split())
+    irq = max((n for n in host.file("/proc/irq").listdir() if n.isdigit() and n not in unmovable), key=int)
+    runtime_unit, slice_unit = "/etc/systemd/system/edgetune-runtime.service", "/etc/systemd/system/ai-infer.slice"
+    originals = {path: host.file(path).content_string for path in (runtime_unit, slice_unit)}
+
+    host.run_expect([0], "echo %s > %s" % (other, gov_path))
+    host.run_expect([0], "echo %s > /proc/irq/%s/smp_affinity_list" % (expected["isolated"], irq))
+    host.run_expect([0], "sed -i 's/^Restart=.*/Restart=no/' %s" % runtime_unit)
+    host.run_expect([0], "sed -i 's/^CPUWeight=.*/CPUWeight=100/' %s" % slice_unit)
+    try:
+        code, hosts = audit(host)
+        found = results(hosts, name)
+        assert code == 1 and hosts[name]["status"] == "drifted"
+        assert found[governor]["state"] == "drifted" and found[governor]["running"] == other
+        assert found["IRQ affinity"]["state"] == "drifted"
+        assert "IRQ %s " % irq in found["IRQ affinity"]["detail"]
+        assert "reaches inference CPUs %s" % expected["isolated"] in found["IRQ affinity"]["detail"]
+        assert found["runtime unit"]["state"] == "drifted"
+        assert found["ai-infer.slice unit"]["state"] == "drifted"
+        # Nothing else was touched, so nothing else is reported.
+        drifted = {s for s, r in found.items() if r["state"] == "drifted"}
+        assert drifted == {governor, "IRQ affinity", "runtime unit", "ai-infer.slice unit"}, drifted
+    finally:
+        result = run_site(host)  # the fix for drift is the ordinary run
+        assert "failed=0" in result.stdout, result.stdout[-3000:]
+    code, hosts = audit(host)
+    assert code == 0 and hosts[name]["status"] == "clean", [r for r in hosts[name]["results"] if r["state"] != "ok"]
+    assert host.file(gov_path).content_string.strip() == before[governor]["desired"]
+    assert host.file("/proc/irq/%s/smp_affinity_list" % irq).content_string.strip() != expected["isolated"]
+    for path, content in originals.items():
+        assert host.file(path).content_string == content
 
 
 def test_boot_argument_removed_from_boot_file_is_drift(host, expected):
