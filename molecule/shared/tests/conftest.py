@@ -73,3 +73,22 @@ def reboot_twin(host, timeout=90):
         if len(lines) == 2 and lines[0] != before and lines[1] in ("running", "degraded"):
             return lines[0]
     raise AssertionError("twin %s did not come back from reboot within %d s" % (name, timeout))
+
+
+def same_but_argument_order(before, after):
+    """Two boot files are the same but for the order of the arguments on their
+    APPEND / extraargs lines: an argument removed by hand and put back by the next
+    run goes last, and the kernel does not care."""
+    def normal(text):
+        lines = []
+        for line in text.splitlines():
+            stripped = line.strip()
+            if stripped.startswith("APPEND "):
+                keyword, first, *rest = stripped.split()
+                lines.append((keyword, first, tuple(sorted(rest))))
+            elif stripped.startswith("extraargs="):
+                lines.append(("extraargs", tuple(sorted(stripped[len("extraargs="):].split()))))
+            else:
+                lines.append(line)
+        return lines
+    return normal(before) == normal(after)
