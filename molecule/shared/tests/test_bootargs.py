@@ -2,6 +2,9 @@
 import pytest
 from conftest import recap, run_site
 
+# Runs about the boot arguments alone (no reboot is due in them).
+BOOTARGS_TAGS = "edge_facts,edge_bootargs"
+
 
 def boot_tokens(host, expected):
     """The arguments the board's boot file gives the next boot."""
@@ -55,13 +58,14 @@ def test_extlinux_keeps_a_bootable_fallback_entry(host, expected):
 def test_pending_reboot_with_policy_never_then_dropped_args_removed(host, expected):
     """A new argument is persisted but reported pending under policy never;
     dropping it from the intent removes it again (and only it)."""
-    result = run_site(host, "-e", "edge_reboot_policy=never", "-e", '{"edge_bootargs_extra": ["nosoftlockup"]}')
+    result = run_site(host, "--tags", BOOTARGS_TAGS, "-e", "edge_reboot_policy=never",
+                      "-e", '{"edge_bootargs_extra": ["nosoftlockup"]}')
     assert recap(result.stdout, host.backend.host)["failed"] == 0, result.stdout[-3000:]
     assert "Reboot pending (edge_reboot_policy is never)" in result.stdout
     assert "nosoftlockup" in boot_tokens(host, expected)
     assert "nosoftlockup" not in host.file("/proc/cmdline").content_string.split()
 
-    result = run_site(host)  # back to the inventory's intent; policy auto reboots once
+    result = run_site(host, "--tags", BOOTARGS_TAGS)  # back to the inventory's intent
     assert recap(result.stdout, host.backend.host)["failed"] == 0, result.stdout[-3000:]
     persisted = boot_tokens(host, expected)
     assert "nosoftlockup" not in persisted
@@ -71,7 +75,7 @@ def test_pending_reboot_with_policy_never_then_dropped_args_removed(host, expect
 
 def test_bad_cpu_set_fails_clearly_and_leaves_the_boot_file(host, expected):
     before = host.file(expected["bootloader"]).content_string
-    result = run_site(host, "-e", "edge_bootargs_isolate=6-19")
+    result = run_site(host, "--tags", BOOTARGS_TAGS, "-e", "edge_bootargs_isolate=6-19")
     assert recap(result.stdout, host.backend.host)["failed"] == 1
     assert "do not exist on this board" in result.stdout
     assert host.file(expected["bootloader"]).content_string == before

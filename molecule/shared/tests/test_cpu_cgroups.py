@@ -266,7 +266,8 @@ def test_hybrid_host_says_which_settings_it_cannot_enforce(host, unified, check_
 
 def test_impossible_limits_fail_clearly_and_change_nothing(host, sets):
     before = host.file("/etc/systemd/system/" + SLICE).content_string
-    result = run_site(host, "-e", "edge_cgroups_cpu_quota=%d%%" % (100 * len(sets["inference"]) + 100),
+    result = run_site(host, "--tags", "edge_facts,edge_bootargs,edge_cpu,edge_cgroups",
+                      "-e", "edge_cgroups_cpu_quota=%d%%" % (100 * len(sets["inference"]) + 100),
                       "-e", "edge_cgroups_memory_max=64T")
     assert recap(result.stdout, host.backend.host)["failed"] == 1, result.stdout[-3000:]
     text = " ".join(result.stdout.split())

@@ -246,6 +246,7 @@ def release_args(pair):
     return ["-e", "edge_runtime_runtime_src=%s" % runtime["path"], "-e", "edge_runtime_engine_src=%s" % engine["path"]]
 
 
+@pytest.mark.one_board
 def test_upgrade_then_a_failing_latency_gate_and_a_failing_health_gate_roll_back(host, releases):
     name = host.backend.host
     up, slow, broken = releases["0.9.1"], releases["0.9.2"], releases["broken"]
@@ -276,27 +277,14 @@ def test_upgrade_then_a_failing_latency_gate_and_a_failing_health_gate_roll_back
     assert body["engine"]["version"] == up[1]["version"]
 
 
-def test_bad_input_fails_before_anything_changes(host, releases):
+def snapshot(host):
+    """What a refused deploy must leave as it was: the release, the process, the unit."""
+    return current_release(host), main_pid(host), host.file("/etc/systemd/system/%s" % UNIT).content_string
+
+
+def test_engine_for_another_board_is_refused_before_anything_changes(host, releases):
     name = host.backend.host
-    out = run_deploy(host, *release_args(releases["0.9.1"]))
-    assert recap(out, name)["failed"] == 0, out[-3000:]
-    unit_before = host.file("/etc/systemd/system/%s" % UNIT).content_string
-    state_before = (current_release(host), main_pid(host), unit_before)
-
-    def unchanged():
-        assert (current_release(host), main_pid(host), host.file("/etc/systemd/system/%s" % UNIT).content_string) \
-            == state_before
-        assert health(host)[0] == 200
-
-    out = run_deploy(host, "-e", "edge_runtime_engine_sha256=%s" % ("0" * 64), *release_args(releases["0.9.3"]))
-    assert recap(out, name)["failed"] == 1 and "Checksum mismatch for the engine artifact" in flat(out)
-    unchanged()
-
-    out = run_deploy(host, "-e", "edge_runtime_runtime_src=/nonexistent/edgetune-runtime-9.tar.gz")
-    assert recap(out, name)["failed"] == 1
-    assert "Missing artifact: /nonexistent/edgetune-runtime-9.tar.gz" in flat(out)
-    unchanged()
-
+    before = snapshot(host)
     out = run_deploy(host, *release_args(releases["tensorrt"]))
     assert recap(out, name)["failed"] == 1 and "incompatible release, nothing was changed" in flat(out)
     facts_l4t = host.file("/etc/nv_tegra_release").exists
@@ -307,6 +295,27 @@ def test_bad_input_fails_before_anything_changes(host, releases):
     else:
         assert "not installed on this board" in flat(out)  # r36.4 ships TensorRT 10.3; the twin has no libnvinfer
     assert "loads engine formats edgetune-mlp-json/1, not tensorrt-plan" in flat(out)
+    assert snapshot(host) == before and health(host)[0] == 200
+
+
+@pytest.mark.one_board
+def test_bad_input_fails_before_anything_changes(host, releases):
+    name = host.backend.host
+    out = run_deploy(host, *release_args(releases["0.9.1"]))
+    assert recap(out, name)["failed"] == 0, out[-3000:]
+    state_before = snapshot(host)
+
+    def unchanged():
+        assert snapshot(host) == state_before
+        assert health(host)[0] == 200
+
+    out = run_deploy(host, "-e", "edge_runtime_engine_sha256=%s" % ("0" * 64), *release_args(releases["0.9.3"]))
+    assert recap(out, name)["failed"] == 1 and "Checksum mismatch for the engine artifact" in flat(out)
+    unchanged()
+
+    out = run_deploy(host, "-e", "edge_runtime_runtime_src=/nonexistent/edgetune-runtime-9.tar.gz")
+    assert recap(out, name)["failed"] == 1
+    assert "Missing artifact: /nonexistent/edgetune-runtime-9.tar.gz" in flat(out)
     unchanged()
 
     squatter = host.run("systemd-run --unit edgetune-test-squatter python3 -m http.server 8479 --bind 127.0.0.1")
@@ -322,6 +331,7 @@ def test_bad_input_fails_before_anything_changes(host, releases):
         host.run("systemctl stop edgetune-test-squatter")
 
 
+@pytest.mark.one_board
 def test_back_to_the_inventorys_release(host):
     """Leave the twin as converged: the default artifacts, unchanged on a rerun."""
     out = run_deploy(host)

@@ -1,4 +1,5 @@
 """End state of a twin after site.yml, as a user would check it."""
+import pytest
 from conftest import recap, run_site
 
 
@@ -20,17 +21,23 @@ def test_bootloader_file_present(host, expected):
     assert host.file(expected["bootloader"]).is_file
 
 
-def test_check_mode_reports_no_change_and_writes_nothing(host, expected):
+@pytest.fixture(scope="module")
+def check_run(host, expected):
+    """One `site.yml --check --diff` for this file's tests, with the boot file's digest around it."""
     before = host.check_output("md5sum %s" % expected["bootloader"])
     result = run_site(host, "--check", "--diff")
+    return result, before, host.check_output("md5sum %s" % expected["bootloader"])
+
+
+def test_check_mode_reports_no_change_and_writes_nothing(host, check_run):
+    result, before, after = check_run
     stats = recap(result.stdout, host.backend.host)
     assert stats["failed"] == 0 and stats["unreachable"] == 0, result.stdout[-3000:]
     assert stats["changed"] == 0, result.stdout[-3000:]
-    assert host.check_output("md5sum %s" % expected["bootloader"]) == before
+    assert after == before
 
 
-def test_summary_names_board_and_release(host, expected):
-    result = run_site(host, "--check")
-    summary = result.stdout.split("EDGETUNE FLEET SUMMARY", 1)[1]
+def test_summary_names_board_and_release(host, expected, check_run):
+    summary = check_run[0].stdout.split("EDGETUNE FLEET SUMMARY", 1)[1]
     line = next(line for line in summary.splitlines() if line.startswith(host.backend.host + " "))
     assert expected["profile"] in line and expected["release"] in line
