@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible.module_utils.edge_audit import audit, evaluate, prometheus_text
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bootloader"
@@ -129,18 +130,23 @@ def test_on_device_command_writes_the_textfile_and_exits_1_on_drift(tmp_path):
     (install / "ansible/__init__.py").write_text("")
     (install / "ansible/module_utils/__init__.py").write_text("")
     repo = Path(__file__).resolve().parents[2]
-    for name in ("edge_audit", "edge_bootfile", "edge_cmdline", "edge_board", "edge_cpulist", "edge_fileio"):
+    # What role edge_audit_timer installs, read from the role itself.
+    installed = yaml.safe_load((repo / "roles/edge_audit_timer/vars/main.yml").read_text())
+    for name in installed["__edge_audit_timer_module_utils"]:
         os.symlink(repo / "module_utils" / (name + ".py"), install / "ansible/module_utils" / (name + ".py"))
     os.symlink(repo / "library/edge_audit.py", install / "edge_audit.py")
+    irq_device(root)
     checks = tmp_path / "checks.json"
-    checks.write_text(json.dumps({"checks": [cmdline_check()]}))
+    checks.write_text(json.dumps({"checks": [cmdline_check(), irq_check()]}))
     prom = tmp_path / "edgetune.prom"
     run = subprocess.run([sys.executable, str(install / "edge_audit.py"), "--checks", str(checks),
                           "--prometheus", str(prom), "--root", str(root)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
     assert run.returncode == 1, run.stderr
     assert "drifted" in run.stdout
-    assert 'state="drifted"} 1' in prom.read_text()
+    assert 'setting="bootargs",role="edge_bootargs",state="drifted"} 1' in prom.read_text()
+    # Every kind the roles publish is evaluated on the device too (edge_cpu's IRQ checks).
+    assert 'setting="IRQ affinity",role="edge_cpu",state="ok"} 1' in prom.read_text(), run.stdout
 
 
 # --------------------------------------------------------------------------
