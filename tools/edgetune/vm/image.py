@@ -71,12 +71,10 @@ def inputs_digest():
     h = hashlib.sha256()
     h.update(json.dumps({"distro": DISTRO, "board": BOARD, "packages": PACKAGES,
                          "disk": DISK_BYTES}).encode())
-    for root in (HERE, TWIN_GUEST):
-        for path in sorted(root.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".md":
-                if root == HERE and path.parent == HERE and path.name != "image.py":
-                    continue  # the CLI and runner do not change the image
-                h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    files = [Path(__file__).resolve()] + sorted(VM_GUEST.rglob("*")) + sorted(TWIN_GUEST.rglob("*"))
+    for path in files:
+        if path.is_file() and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(HERE.parent)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -212,7 +210,7 @@ def configure(mnt, work, uuid, say):
         "[Match]\nName=eth* en*\n\n[Network]\nDHCP=ipv4\n")
     # Under emulation, nothing periodic that competes with the tests.
     for unit in ("apt-daily.timer", "apt-daily-upgrade.timer", "systemd-networkd-wait-online.service",
-                 "e2scrub_all.timer", "fstrim.timer"):
+                 "e2scrub_all.timer", "fstrim.timer", "getty@tty1.service"):
         masked = etc / "systemd/system" / unit
         if not masked.exists():
             masked.symlink_to("/dev/null")
@@ -251,6 +249,9 @@ def configure(mnt, work, uuid, say):
         "t = u.module_from_spec(u.spec_from_loader('t', l)); l.exec_module(t)\n"
         "b = t.load_board(t.board_name()); b.pop('boot_files', None)\n"
         "t.install_persistent_files(b)\n"))
+    # nvpmodel: the twin's simulator, minus what the real kernel does itself.
+    shutil.copyfile(vm_guest / "nvpmodel", mnt / "usr/sbin/nvpmodel")
+    os.chmod(mnt / "usr/sbin/nvpmodel", 0o755)
     shutil.copyfile(vm_guest / "edgetune-twin-boot.service", etc / "systemd/system/edgetune-twin-boot.service")
     shutil.copyfile(guest / "nvpmodel.service", etc / "systemd/system/nvpmodel.service")
     chroot(mnt, "systemctl", "enable", "edgetune-twin-boot.service", "nvpmodel.service")
