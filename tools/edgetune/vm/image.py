@@ -177,6 +177,7 @@ def build(say=print, force=False):
             shutil.rmtree(target)
         os.rename(work, target)
         work = None
+        prune(keep=target)
         say("VM image %s" % (target / "disk.img"))
         return target
     finally:
@@ -188,6 +189,13 @@ def build(say=print, force=False):
             run(["losetup", "-d", loop])
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def prune(keep):
+    """Drop images built from older inputs (a few GiB each, sparse)."""
+    for old in CACHE.glob("*/image.json"):
+        if old.parent != keep:
+            shutil.rmtree(old.parent, ignore_errors=True)
 
 
 def chroot(mnt, *argv):
