@@ -40,14 +40,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def twin_board(host):
     """The board the twin was created as (its PID 1 environment)."""
     environ = host.check_output("tr '\\0' '\\n' < /proc/1/environ")
     return re.search(r"^EDGETUNE_TWIN_BOARD=(.+)$", environ, re.M).group(1)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def expected(twin_board):
     return EXPECTED[twin_board]
 
