@@ -110,3 +110,12 @@ def test_unmovable_irq_refuses_affinity_write(twins):
     assert refused.returncode != 0
     sh(name, "echo 0-3 > /proc/irq/70/smp_affinity_list")
     assert sh(name, "cat /proc/irq/70/smp_affinity_list") == "0-3"
+
+
+def test_twins_made_one_by_one_stay_out_of_the_fleet(twins, tmp_path):
+    """Molecule's and developers' twins are not in `twin up`'s inventory, and `twin down` leaves them."""
+    inventory = manager.write_inventory(tmp_path).read_text()
+    fleet = [twin["name"] for twin in manager.twins(fleet_only=True)]
+    for name in twins.values():
+        assert name not in inventory and name not in fleet
+        assert name in [twin["name"] for twin in manager.twins()]

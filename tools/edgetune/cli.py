@@ -46,7 +46,7 @@ def cmd_twin_rm(args):
 
 
 def cmd_twin_down(args):
-    for twin in manager.twins():
+    for twin in manager.twins(fleet_only=True):
         manager.remove(twin["name"])
     manager.write_inventory(args.inventory_dir)
     return 0
@@ -94,7 +94,7 @@ def build_parser():
     p.add_argument("--fleet", default=DEFAULT_FLEET, help="board[:count],... (default: %(default)s)")
     p.add_argument("--inventory-dir", default="inventory/twin")
     p.set_defaults(func=cmd_twin_up)
-    p = twin_sub.add_parser("down", help="remove every twin")
+    p = twin_sub.add_parser("down", help="remove the twins of the fleet `twin up` made (not molecule's)")
     p.add_argument("--inventory-dir", default="inventory/twin")
     p.set_defaults(func=cmd_twin_down)
     p = twin_sub.add_parser("list", help="list twins")

@@ -17,6 +17,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BOARDS_DIR = HERE / "guest" / "boards"
 LABEL = "io.edgetune.twin"
+# Twins of the fleet `edgetune twin up` manages (the demo's, the inventory's);
+# twins created one by one (molecule's, a developer's) do not carry it.
+FLEET_LABEL = "io.edgetune.fleet"
 
 # The systemd container recipe of ../shared/TESTBED.md: --privileged is not
 # available here, so the capabilities are listed one by one.  LINUX_IMMUTABLE
@@ -196,23 +199,29 @@ def ensure_images(distros, say=print):
 
 # ---------------------------------------------------------------- twins
 def container_state(name):
-    result = run(["docker", "inspect", "-f", "{{.State.Running}} {{index .Config.Labels \"%s\"}}" % LABEL, name])
+    result = run(["docker", "inspect", "-f", "{{.State.Running}} {{index .Config.Labels \"%s\"}} "
+                  "{{index .Config.Labels \"%s\"}}" % (LABEL, FLEET_LABEL), name])
     if result.returncode != 0:
         return None
-    running, board_name = result.stdout.split()
-    return {"running": running == "true", "board": board_name}
+    running, board_name, *fleet = result.stdout.split()
+    return {"running": running == "true", "board": board_name, "fleet": fleet == ["yes"]}
 
 
-def create(name, board_name, say=print):
-    """Create (or reuse) one twin and wait until it has booted."""
+def create(name, board_name, say=print, fleet=False):
+    """Create (or reuse) one twin and wait until it has booted. ``fleet``: a twin of
+    the fleet `twin up` manages (in its inventory, removed by `twin down`)."""
     spec = board(board_name)
     state = container_state(name)
     if state and state["board"] != board_name:
-        raise TwinError("container %s exists as a %s twin, not %s; remove it with `edgetune twin down`"
-                        % (name, state["board"], board_name))
+        raise TwinError("container %s exists as a %s twin, not %s; remove it with `edgetune twin rm %s`"
+                        % (name, state["board"], board_name, name))
+    if state and state["fleet"] != fleet:
+        raise TwinError("container %s exists as a twin %s the fleet; remove it with `edgetune twin rm %s`"
+                        % (name, "outside" if fleet else "of", name))
     if state is None:
-        result = run(["docker", "run", "-d", "--name", name, "--hostname", name,
-                      "--label", "%s=%s" % (LABEL, board_name), "-e", "EDGETUNE_TWIN_BOARD=" + board_name,
+        labels = ["--label", "%s=%s" % (LABEL, board_name)] + (["--label", FLEET_LABEL + "=yes"] if fleet else [])
+        result = run(["docker", "run", "-d", "--name", name, "--hostname", name, *labels,
+                      "-e", "EDGETUNE_TWIN_BOARD=" + board_name,
                       *RUN_OPTIONS, "edgetune/twin:%s" % spec["distro"]])
         if result.returncode != 0:
             raise TwinError("cannot start twin %s: %s" % (name, result.stderr.strip()))
@@ -241,9 +250,9 @@ def remove(name):
     run(["docker", "rm", "-f", name])
 
 
-def twins():
-    """Running or stopped twins: list of dicts name/board/running."""
-    result = run(["docker", "ps", "-a", "--filter", "label=" + LABEL,
+def twins(fleet_only=False):
+    """Running or stopped twins (``fleet_only``: those of `twin up`'s fleet): dicts name/board/running."""
+    result = run(["docker", "ps", "-a", "--filter", "label=" + (FLEET_LABEL if fleet_only else LABEL),
                   "--format", "{{.Names}}\t{{.Label \"%s\"}}\t{{.State}}" % LABEL])
     rows = []
     for line in result.stdout.splitlines():
@@ -257,7 +266,7 @@ def up(fleet, say=print):
     ensure_images([board(b)["distro"] for b, _ in fleet], say)
     wanted = [("%s-%d" % (b, i), b) for b, count in fleet for i in range(1, count + 1)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        futures = [pool.submit(create, name, b, say) for name, b in wanted]
+        futures = [pool.submit(create, name, b, say, True) for name, b in wanted]
         for future in futures:
             future.result()
     return [name for name, _ in wanted]
@@ -266,7 +275,7 @@ def up(fleet, say=print):
 def write_inventory(directory):
     """inventory/twin/hosts.yml with groups orin-fleet and rk3588-fleet."""
     groups = {"orin-fleet": {}, "rk3588-fleet": {}}
-    for twin in twins():
+    for twin in twins(fleet_only=True):
         groups[fleet_group(board(twin["board"]))][twin["name"]] = None
     inventory = {"all": {
         "vars": {"ansible_connection": "community.docker.docker",
