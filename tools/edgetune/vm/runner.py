@@ -173,7 +173,11 @@ def host_vars(st):
         "ansible_ssh_private_key_file": str(img / "id_ed25519"),
         "ansible_ssh_common_args": " ".join([
             "-o UserKnownHostsFile=%s" % (img / "known_hosts"), "-o StrictHostKeyChecking=yes",
-            "-o HostKeyAlias=%s" % image.HOST_KEY_ALIAS, "-o IdentitiesOnly=yes"]),
+            "-o HostKeyAlias=%s" % image.HOST_KEY_ALIAS, "-o IdentitiesOnly=yes",
+            # A VM that reboots into a kernel without network never resets the
+            # old TCP connection behind user-mode networking: without keep-alives
+            # Ansible's SSH control master waits on it forever.
+            "-o ServerAliveInterval=5", "-o ServerAliveCountMax=6"]),
         "ansible_python_interpreter": "/usr/bin/python3",
     }
     connection.update(yaml.safe_load(HOST_VARS.read_text()) or {})
