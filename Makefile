@@ -8,13 +8,14 @@ VENV    := .venv
 VENV38  := .venv38
 BIN     := $(CURDIR)/$(VENV)/bin
 FLEET   ?= orin-nx-16gb-r36:1,agx-orin-64gb-r35:1,rock5b-rk3588:1
-# Molecule scenarios `make test` runs; EDGETUNE_SKIP_VM=1 leaves out the VM twin.
+# Molecule scenarios `make test` runs: every molecule/*/molecule.yml. The VM twin's
+# scenario (molecule/vm-orin-nx) is not among them yet: its molecule.yml.wip does not pass.
 SCENARIOS ?= $(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help venv venv38 engine images lint unit unit38 molecule integration test demo twins-down artifacts bench
+.PHONY: help venv venv38 engine images vm-image lint unit unit38 molecule integration test demo twins-down artifacts bench
 
 help:
 	@echo "make demo   provision a twin fleet with site.yml (orin-fleet, then rk3588-fleet)"
@@ -40,6 +41,10 @@ engine: venv
 
 images: venv
 	edgetune twin images
+
+# The VM twin's disk (cached in .cache/vm/): root, loop devices, qemu-system-x86, extlinux.
+vm-image: venv
+	edgetune vm build
 
 lint: venv
 	yamllint --strict .
