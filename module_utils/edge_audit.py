@@ -10,7 +10,8 @@ Check kinds:
              edge_kernel_cmdline module writes with (a planned edit means the
              persisted state drifted) and /proc/cmdline is the running state.
              Keys: bootloader, path, args, absent, state_file (arguments a
-             previous run set and the intent dropped count as absent).
+             previous run set and the intent dropped count as absent),
+             never_dropped (keys such as root that a drop never takes away).
 ``value``    a runtime value such as a sysfs attribute: running only.  Keys:
              path, desired, compare (``text``, ``cpulist``, or ``bytes``: a
              memory limit the kernel rounded down to whole pages).
@@ -59,21 +60,23 @@ def _read(root, path):
         return handle.read()
 
 
-def dropped_args(root, state_file, args):
-    """Keys a previous run set (recorded in its state file) that are no longer wanted."""
+def dropped_args(root, state_file, args, never_dropped=()):
+    """Keys a previous run set (recorded in its state file) that are no longer wanted,
+    except those the role never takes away (``never_dropped``, e.g. root)."""
     if not state_file or not os.path.exists(_under(root, state_file)):
         return []
     try:
         before = json.loads(_read(root, state_file)).get("args", [])
     except ValueError:
         return []
-    wanted = set(token_key(a) for a in args)
+    wanted = set(token_key(a) for a in args) | set(never_dropped)
     return sorted(set(token_key(a) for a in before) - wanted)
 
 
 def check_cmdline(check, root):
     args, absent = list(check.get("args") or []), list(check.get("absent") or [])
-    absent += [key for key in dropped_args(root, check.get("state_file"), args) if key not in absent]
+    dropped = dropped_args(root, check.get("state_file"), args, check.get("never_dropped") or ())
+    absent += [key for key in dropped if key not in absent]
     path = _under(root, check["path"])
     plans = plan_files(check["bootloader"], path, args, absent)
     persisted = plan_files(check["bootloader"], path, [], [])[0].persisted  # the file as it is

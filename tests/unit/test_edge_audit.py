@@ -66,6 +66,20 @@ def test_argument_the_intent_dropped_is_drift(tmp_path):
     assert evaluate(cmdline_check(state_file="/etc/edgetune/bootargs.json"), str(root))["state"] == "drifted"
 
 
+def test_a_dropped_root_is_never_made_absent(tmp_path):
+    """An extra that replaced root= and left the intent stays: removing the key would make
+    the entry unbootable, so the role leaves it and the audit does not call it drift."""
+    tuned = " " + " ".join(ARGS) + " root=/dev/nvme0n1p1"
+    root = device(tmp_path, tuned, tuned)
+    state = tmp_path / "etc/edgetune/bootargs.json"
+    state.parent.mkdir(parents=True)
+    state.write_text(json.dumps({"args": ARGS + ["root=/dev/nvme0n1p1"]}))
+    check = cmdline_check(state_file="/etc/edgetune/bootargs.json")
+    assert evaluate(check, str(root))["state"] == "drifted"  # without the rule: root= would have to go
+    check["never_dropped"] = ["root", "rootfstype", "rootflags", "init", "nfsroot"]
+    assert evaluate(check, str(root))["state"] == "ok"
+
+
 def test_value_and_file_checks(tmp_path):
     gov = tmp_path / "sys/devices/system/cpu/cpufreq/policy4/scaling_governor"
     gov.parent.mkdir(parents=True)
