@@ -103,6 +103,23 @@ options:
         instead of C(u-boot-update), C(update-grub) or C(grub-mkconfig -o /boot/grub/grub.cfg).
     type: list
     elements: str
+  record:
+    description:
+      - A JSON file recording the O(args) this module set with it and, for each of their keys,
+        the tokens the boot file gave that key before it was first set. On the next run, a key
+        recorded there and no longer in O(args) gets those tokens back (an argument that
+        replaced the vendor's C(console=) or C(root=) gives the vendor's value back); a key that
+        had none is removed, unless it is in O(keep). Written after the boot files, only when
+        its content changes; check mode and diff include it.
+      - Without it, the module only sets O(args) and removes O(absent).
+    type: path
+  keep:
+    description:
+      - Keys never removed because they left O(args) with nothing recorded to restore (for
+        example C(root), whose removal would leave an entry that cannot boot).
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     description: Plans and reports exactly what would change; writes nothing and runs nothing.
@@ -202,6 +219,18 @@ pending:
   type: list
   elements: str
   sample: ["isolcpus=4-7"]
+restored:
+  description: Tokens put back because their key left O(args) (see O(record)).
+  returned: success
+  type: list
+  elements: str
+  sample: ["console=ttyTCU0,115200"]
+dropped:
+  description: Keys removed because they left O(args) with nothing to restore (see O(record)).
+  returned: success
+  type: list
+  elements: str
+  sample: ["nohz_full"]
 fallback_label:
   description: Name of the fallback label in the (planned) extlinux.conf, or null.
   returned: success
@@ -224,6 +253,7 @@ from ansible.module_utils.edge_bootfile import (  # noqa: E402
     default_path,
     detect_bootloader,
     plan_files,
+    plan_managed,
 )
 from ansible.module_utils.edge_cmdline import (  # noqa: E402
     args_satisfied,
@@ -328,8 +358,12 @@ def run_module(params, check_mode=False, want_diff=False, run_command=None,
 
     cmdline_path = params.get("cmdline_path") or "/proc/cmdline"
     running = split_cmdline(_read(cmdline_path))
-    plans = plan_files(bootloader, path, args, absent, extra_paths, fallback, running)
+    managed = plan_managed(bootloader, path, args, absent, params.get("record"), params.get("keep") or (),
+                           extra_paths, fallback, running)
+    args, absent, plans = managed.args, managed.absent, managed.plans
     changed = [plan for plan in plans if plan.after != plan.before]
+    record = managed.record
+    record_changed = record is not None and record.after != record.before
 
     update_argv = None
     if changed and bootloader in ("uboot_menu", "grub"):
@@ -350,10 +384,13 @@ def run_module(params, check_mode=False, want_diff=False, run_command=None,
                     rc=rc, stdout=stdout, stderr=stderr, not_restored=not_restored,
                 )
         verify_read_back(plans, backups, bootloader, args, absent, extra_paths, fallback, running)
+    if record_changed and not check_mode:
+        # After the boot files: a record never names args the files do not hold.
+        write_plans([record], backup=False)
 
     pending = pending_changes(running, args, absent)
     result = {
-        "changed": bool(changed),
+        "changed": bool(changed) or record_changed,
         "bootloader": bootloader,
         "path": path,
         "backup_file": backups.get(path),
@@ -364,12 +401,14 @@ def run_module(params, check_mode=False, want_diff=False, run_command=None,
         "pending": pending,
         "fallback_label": (extlinux_fallback_label(plans[0].after)
                            if bootloader == "extlinux" else None),
+        "restored": managed.restored,
+        "dropped": managed.dropped,
     }
     if want_diff:
         result["diff"] = [
             {"before_header": plan.path, "after_header": plan.path,
              "before": plan.before or "", "after": plan.after or ""}
-            for plan in changed
+            for plan in changed + ([record] if record_changed else [])
         ]
     return result
 
@@ -386,6 +425,8 @@ def main():
             "backup": {"type": "bool", "default": True},
             "cmdline_path": {"type": "path", "default": "/proc/cmdline"},
             "update_command": {"type": "list", "elements": "str"},
+            "record": {"type": "path"},
+            "keep": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )

@@ -9,9 +9,10 @@ Check kinds:
 ``cmdline``  boot arguments: the boot file is planned with the same code the
              edge_kernel_cmdline module writes with (a planned edit means the
              persisted state drifted) and /proc/cmdline is the running state.
-             Keys: bootloader, path, args, absent, state_file (arguments a
-             previous run set and the intent dropped count as absent),
-             never_dropped (keys such as root that a drop never takes away).
+             Keys: bootloader, path, args, absent, record and keep (the
+             record of managed arguments, read as edge_kernel_cmdline reads
+             it: a key the intent dropped must have its old tokens back, or be
+             gone; an out-of-date record is drift too).
 ``value``    a runtime value such as a sysfs attribute: running only.  Keys:
              path, desired, compare (``text``, ``cpulist``, or ``bytes``: a
              memory limit the kernel rounded down to whole pages).
@@ -32,10 +33,9 @@ States: ok, drifted, pending-reboot (persisted but not running: a boot-only
 setting waiting for its reboot, not drift), unsupported, error.
 """
 import hashlib
-import json
 import os
 
-from ansible.module_utils.edge_bootfile import plan_files
+from ansible.module_utils.edge_bootfile import plan_files, plan_managed
 from ansible.module_utils.edge_cmdline import pending_changes, split_cmdline, token_key
 from ansible.module_utils.edge_cpulist import format_cpulist, parse_cpulist, parse_cpumask
 
@@ -60,32 +60,27 @@ def _read(root, path):
         return handle.read()
 
 
-def dropped_args(root, state_file, args, never_dropped=()):
-    """Keys a previous run set (recorded in its state file) that are no longer wanted,
-    except those the role never takes away (``never_dropped``, e.g. root)."""
-    if not state_file or not os.path.exists(_under(root, state_file)):
-        return []
-    try:
-        before = json.loads(_read(root, state_file)).get("args", [])
-    except ValueError:
-        return []
-    wanted = set(token_key(a) for a in args) | set(never_dropped)
-    return sorted(set(token_key(a) for a in before) - wanted)
-
-
 def check_cmdline(check, root):
     args, absent = list(check.get("args") or []), list(check.get("absent") or [])
-    dropped = dropped_args(root, check.get("state_file"), args, check.get("never_dropped") or ())
-    absent += [key for key in dropped if key not in absent]
     path = _under(root, check["path"])
-    plans = plan_files(check["bootloader"], path, args, absent)
+    record = _under(root, check["record"]) if check.get("record") else None
+    managed = plan_managed(check["bootloader"], path, args, absent, record, check.get("keep") or ())
+    args, absent, plans = managed.args, managed.absent, managed.plans
     persisted = plan_files(check["bootloader"], path, [], [])[0].persisted  # the file as it is
     boot_file_ok = all(plan.after == plan.before for plan in plans)
     running = split_cmdline(_read(root, "/proc/cmdline"))
     pending = pending_changes(running, args, absent)
     if not boot_file_ok:
-        missing = pending_changes(persisted, args, absent) or ["fallback entry or formatting"]
+        missing = pending_changes(persisted, args, absent)
+        if not missing:  # the right tokens, in another order or number
+            planned = plans[0].persisted
+            missing = ["%s= as %s" % (key, " ".join(t for t in planned if token_key(t) == key))
+                       for key in sorted(set(map(token_key, persisted + planned)))
+                       if [t for t in persisted if token_key(t) == key] != [t for t in planned if token_key(t) == key]]
+        missing = missing or ["fallback entry or formatting"]
         return "drifted", "boot file %s lacks: %s" % (check["path"], " ".join(missing)), persisted, running
+    if managed.record is not None and managed.record.after != managed.record.before:
+        return "drifted", "record %s does not list the managed arguments" % check["record"], persisted, running
     if pending:
         return "pending-reboot", "in the boot file, not running yet: %s" % " ".join(pending), persisted, running
     return "ok", "", persisted, running

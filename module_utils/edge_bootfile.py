@@ -10,11 +10,14 @@ from collections import namedtuple
 
 from ansible.module_utils.edge_board import detect_bootloader as board_bootloader
 from ansible.module_utils.edge_cmdline import (
+    parse_record,
     plan_armbian,
     plan_extlinux,
     plan_grub,
     plan_kernel_cmdline,
     plan_uboot_default,
+    reconcile_record,
+    render_record,
 )
 from ansible.module_utils.edge_fileio import read_text
 
@@ -28,6 +31,10 @@ GRUB_DROPIN_PATH = "/etc/default/grub.d/99-edgetune.cfg"
 # One file's plan: its text now (None: missing), the planned text, and the
 # command line the next boot gets from it.
 FilePlan = namedtuple("FilePlan", "path before after persisted")
+# The edit with a record of managed args: the boot files' plans, the record's
+# own plan (None without a record), the args and absent items in effect, and
+# the old tokens restored and keys dropped because they left the intent.
+ManagedPlan = namedtuple("ManagedPlan", "plans record args absent restored dropped")
 
 
 def _under(root, path):
@@ -110,3 +117,19 @@ def plan_files(bootloader, path, args, absent, extra_paths=(), fallback=True, ru
     else:
         raise ValueError(f"unknown bootloader {bootloader!r}; use one of {', '.join(BOOTLOADERS)}")
     return plans
+
+
+def plan_managed(bootloader, path, args, absent, record_path=None, keep=(), extra_paths=(), fallback=True,
+                 running=None):
+    """plan_files for args kept in a record (see reconcile_record): keys set by an
+    earlier run and no longer wanted get their old tokens back or are removed."""
+    if not record_path:
+        plans = plan_files(bootloader, path, args, absent, extra_paths, fallback, running)
+        return ManagedPlan(plans, None, list(args), list(absent), [], [])
+    record_text = _read(record_path, missing_ok=True)
+    record = parse_record(record_text, record_path)
+    persisted_now = plan_files(bootloader, path, [], [], extra_paths, fallback, running)[0].persisted
+    args, absent, new_record, restored, dropped = reconcile_record(record, args, absent, persisted_now, keep)
+    plans = plan_files(bootloader, path, args, absent, extra_paths, fallback, running)
+    record_plan = FilePlan(record_path, record_text, render_record(new_record), None)
+    return ManagedPlan(plans, record_plan, args, absent, restored, dropped)

@@ -17,6 +17,7 @@ Sources for the file formats: /work/shared/HARDWARE.md sections 1 and 2
 grub-mkconfig).
 """
 
+import json
 import re
 from collections import OrderedDict
 
@@ -813,3 +814,78 @@ def plan_grub(text, args, absent, grub_text, dropins, grub_name="/etc/default/gr
             f"{dropin_name} resets GRUB_CMDLINE_LINUX ({', '.join(later) or 'none found'})"
         )
     return new_text, persisted
+
+
+# ---------------------------------------------------------------------------
+# The record of the arguments a caller manages
+# ---------------------------------------------------------------------------
+# A JSON file on the device: the args set last time ("args"), and for each of
+# their keys the tokens the boot file gave that key before the key was first
+# set ("replaced"). When a key leaves the args, its old tokens come back (an
+# extra that replaced root= or console= gives the vendor's value back); a key
+# that had none is removed, unless the caller keeps it (``keep``).
+
+RECORD_OWNER = "edgetune"
+
+
+def parse_record(text, name="the record"):
+    """The record as ``{"args": [...], "replaced": {key: [tokens]}}``.
+
+    Records of older releases have no "replaced": their keys are removed on drop.
+    """
+    if text is None or not text.strip():
+        return {"args": [], "replaced": {}}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    args = data.get("args", []) if isinstance(data, dict) else None
+    replaced = data.get("replaced", {}) if isinstance(data, dict) else None
+    if (not isinstance(args, list) or not all(isinstance(a, str) for a in args)
+            or not isinstance(replaced, dict)
+            or not all(isinstance(v, list) and all(isinstance(t, str) for t in v) for v in replaced.values())):
+        raise ValueError(
+            f"{name} is not a record of managed boot arguments (JSON with a list 'args'): "
+            "restore it from its backup, or remove it if edgetune never set boot arguments here"
+        )
+    return {"args": args, "replaced": replaced}
+
+
+def render_record(record):
+    body = {"managed_by": RECORD_OWNER, "args": record["args"], "replaced": record["replaced"]}
+    return json.dumps(body, indent=2, sort_keys=True) + "\n"
+
+
+def _unique(items):
+    return list(OrderedDict.fromkeys(items))
+
+
+def reconcile_record(record, args, absent, persisted, keep=()):
+    """Turn the managed args into one edit, and the record to keep after it.
+
+    ``record``: from parse_record; ``persisted``: what the boot file gives the
+    next boot now. Returns ``(args, absent, new_record, restored, dropped)``:
+    ``args`` plus the old tokens of keys that left the intent, ``absent`` plus
+    the keys that left it with nothing to restore (except those in ``keep``).
+    """
+    wanted = _unique(token_key(a) for a in args)
+    removed = set(token_key(a) for a in absent)
+    managed_before = _unique(token_key(a) for a in record["args"])
+    restored, dropped = [], []
+    for key in managed_before:
+        if key in wanted or key in removed:
+            continue
+        before = record["replaced"].get(key)
+        if before:
+            restored += [t for t in before if t not in restored]
+        elif key not in keep:
+            dropped.append(key)
+    replaced = OrderedDict()
+    for key in wanted:
+        if key in managed_before:
+            if key in record["replaced"]:
+                replaced[key] = record["replaced"][key]
+        else:
+            replaced[key] = [t for t in persisted if t != CBOOTARGS and token_key(t) == key]
+    new_record = {"args": list(args), "replaced": dict(replaced)}
+    return list(args) + restored, list(absent) + dropped, new_record, restored, dropped

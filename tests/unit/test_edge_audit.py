@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.module_utils.edge_audit import audit, evaluate, prometheus_text
+from ansible.module_utils.edge_cmdline import parse_record, render_record
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bootloader"
 ARGS = ["isolcpus=managed_irq,domain,4-7", "nohz_full=4-7"]
@@ -57,27 +58,47 @@ def test_argument_removed_from_boot_file_is_drift_even_while_running(tmp_path):
     assert "nohz_full=4-7" in result["detail"] and "isolcpus" not in result["detail"]
 
 
+def record_of(tmp_path, args, replaced=None):
+    state = tmp_path / "etc/edgetune/bootargs.json"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    body = {"args": args}
+    if replaced is not None:
+        body["replaced"] = replaced
+    state.write_text(render_record(parse_record(json.dumps(body))))
+    return "/etc/edgetune/bootargs.json"
+
+
 def test_argument_the_intent_dropped_is_drift(tmp_path):
     root = device(tmp_path, " " + " ".join(ARGS) + " nosoftlockup", " " + " ".join(ARGS) + " nosoftlockup")
-    state = tmp_path / "etc/edgetune/bootargs.json"
-    state.parent.mkdir(parents=True)
-    state.write_text(json.dumps({"args": ARGS + ["nosoftlockup"]}))
+    record = record_of(tmp_path, ARGS + ["nosoftlockup"], {"isolcpus": [], "nohz_full": [], "nosoftlockup": []})
     assert evaluate(cmdline_check(), str(root))["state"] == "ok"  # without the record: a vendor arg
-    assert evaluate(cmdline_check(state_file="/etc/edgetune/bootargs.json"), str(root))["state"] == "drifted"
+    result = evaluate(cmdline_check(record=record), str(root))
+    assert result["state"] == "drifted" and "nosoftlockup" in result["detail"]
 
 
-def test_a_dropped_root_is_never_made_absent(tmp_path):
-    """An extra that replaced root= and left the intent stays: removing the key would make
-    the entry unbootable, so the role leaves it and the audit does not call it drift."""
-    tuned = " " + " ".join(ARGS) + " root=/dev/nvme0n1p1"
+def test_a_dropped_key_must_have_its_old_tokens_back(tmp_path):
+    tuned = " " + " ".join(ARGS) + " console=ttyS0"
     root = device(tmp_path, tuned, tuned)
-    state = tmp_path / "etc/edgetune/bootargs.json"
-    state.parent.mkdir(parents=True)
-    state.write_text(json.dumps({"args": ARGS + ["root=/dev/nvme0n1p1"]}))
-    check = cmdline_check(state_file="/etc/edgetune/bootargs.json")
-    assert evaluate(check, str(root))["state"] == "drifted"  # without the rule: root= would have to go
-    check["never_dropped"] = ["root", "rootfstype", "rootflags", "init", "nfsroot"]
-    assert evaluate(check, str(root))["state"] == "ok"
+    boot = root / "boot/extlinux/extlinux.conf"
+    consoles = [t for t in boot.read_text().split() if t.startswith("console=")][:2]
+    boot.write_text(boot.read_text().replace(" " + consoles[0], "", 1).replace(" " + consoles[1], "", 1))
+    record = record_of(tmp_path, ARGS + ["console=ttyS0"], {"isolcpus": [], "nohz_full": [], "console": consoles})
+    result = evaluate(cmdline_check(record=record), str(root))
+    assert result["state"] == "drifted" and "console=ttyTCU0,115200" in result["detail"]
+
+
+def test_a_kept_key_is_not_drift_but_an_old_record_is(tmp_path):
+    """A key such as root= that replaced nothing stays when dropped (removing it would make the
+    entry unbootable); a record that a run would rewrite is drift of its own."""
+    tuned = " " + " ".join(ARGS) + " init=/sbin/tini"
+    root = device(tmp_path, tuned, tuned)
+    keep = ["root", "rootfstype", "rootflags", "init", "nfsroot"]
+    record = record_of(tmp_path, ARGS + ["init=/sbin/tini"], {"isolcpus": [], "nohz_full": [], "init": []})
+    assert evaluate(cmdline_check(record=record), str(root))["state"] == "drifted"  # init= would go
+    result = evaluate(cmdline_check(record=record, keep=keep), str(root))
+    assert result["state"] == "drifted" and "record" in result["detail"]
+    record_of(tmp_path, ARGS, {"isolcpus": [], "nohz_full": []})
+    assert evaluate(cmdline_check(record=record, keep=keep), str(root))["state"] == "ok"
 
 
 def test_value_and_file_checks(tmp_path):

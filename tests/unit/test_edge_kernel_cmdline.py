@@ -40,6 +40,7 @@ def params(**overrides):
     values = {
         "args": [], "absent": [], "bootloader": None, "path": None, "extra_paths": [],
         "fallback": True, "backup": True, "cmdline_path": "/proc/cmdline", "update_command": None,
+        "record": None, "keep": [],
     }
     values.update(overrides)
     return values
@@ -391,6 +392,116 @@ def test_atomic_write_follows_symlink(tmp_path):
     assert real.read_text() == "new\n"
     assert Path(backup).read_text() == "old\n"
     assert Path(backup).name.startswith("real.conf.edgetune-")
+
+
+# ---------------------------------------------------------------------------
+# The record of managed arguments: a key that leaves the intent
+# ---------------------------------------------------------------------------
+
+def default_append(conf):
+    """The APPEND tokens of the label DEFAULT names, as the bootloader reads them."""
+    text = conf.read_text()
+    default = next(line.split()[1] for line in text.splitlines() if line.startswith("DEFAULT"))
+    in_label = False
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split()
+        if words[:1] == ["LABEL"]:
+            in_label = words[1] == default
+        elif in_label and words[:1] == ["APPEND"]:
+            return words[1:]
+    raise AssertionError("no APPEND in the default label")
+
+
+class TestRecord:
+    def setup_device(self, tmp_path):
+        conf = install(tmp_path, "extlinux_r36_orin_nx.conf", EXTLINUX)
+        return conf, tmp_path / "etc/edgetune/bootargs.json"
+
+    def test_a_key_that_leaves_the_intent_gets_the_vendor_tokens_back(self, tmp_path):
+        conf, record = self.setup_device(tmp_path)
+        stock = default_append(conf)
+        consoles = [t for t in stock if t.startswith("console=")]
+        assert len(consoles) == 2
+
+        first = run(tmp_path, bootloader="extlinux", record=str(record),
+                    args=["isolcpus=4-7", "console=ttyS0,115200", "root=/dev/sda1"])
+        assert first["changed"] is True
+        tuned = default_append(conf)
+        assert [t for t in tuned if t.startswith("console=")] == ["console=ttyS0,115200"]
+        saved = json.loads(record.read_text())
+        assert saved["args"] == ["isolcpus=4-7", "console=ttyS0,115200", "root=/dev/sda1"]
+        assert saved["replaced"] == {"isolcpus": [], "console": consoles,
+                                     "root": [t for t in stock if t.startswith("root=")]}
+
+        dropped = run(tmp_path, bootloader="extlinux", record=str(record), args=["isolcpus=4-7"])
+        assert dropped["changed"] is True
+        assert sorted(dropped["restored"]) == sorted(consoles + [t for t in stock if t.startswith("root=")])
+        assert dropped["dropped"] == []
+        # The same tokens, console= in the vendor's order (they come back together, where the
+        # first one was: the kernel's console is the last console=).
+        restored = default_append(conf)
+        assert sorted(restored) == sorted(stock + ["isolcpus=4-7"])
+        assert [t for t in restored if t.startswith("console=")] == consoles
+        assert json.loads(record.read_text())["args"] == ["isolcpus=4-7"]
+        assert run(tmp_path, bootloader="extlinux", record=str(record), args=["isolcpus=4-7"])["changed"] is False
+
+    def test_a_key_that_replaced_nothing_is_removed_unless_kept(self, tmp_path):
+        conf, record = self.setup_device(tmp_path)
+        stock = default_append(conf)
+        run(tmp_path, bootloader="extlinux", record=str(record), args=["nohz_full=4-7", "init=/sbin/tini"],
+            keep=["init"])
+        result = run(tmp_path, bootloader="extlinux", record=str(record), args=[], keep=["init"])
+        assert result["dropped"] == ["nohz_full"] and result["restored"] == []
+        assert default_append(conf) == stock + ["init=/sbin/tini"]
+        assert json.loads(record.read_text())["args"] == []
+
+    def test_a_record_without_replaced_tokens_removes_what_it_lists(self, tmp_path):
+        """Records of earlier releases listed the args only."""
+        conf, record = self.setup_device(tmp_path)
+        stock = default_append(conf)
+        record.parent.mkdir(parents=True)
+        record.write_text(json.dumps({"managed_by": "edgetune edge_bootargs", "args": ["quiet", "root=/x"]}))
+        result = run(tmp_path, bootloader="extlinux", record=str(record), args=["isolcpus=4-7"], keep=["root"])
+        assert result["dropped"] == ["quiet"]
+        assert default_append(conf) == stock + ["isolcpus=4-7"]
+
+    def test_check_mode_writes_neither_boot_file_nor_record_and_diffs_both(self, tmp_path):
+        conf, record = self.setup_device(tmp_path)
+        run(tmp_path, bootloader="extlinux", record=str(record), args=["console=ttyS0,115200"])
+        before = snapshot(conf), snapshot(record)
+        result = run(tmp_path, bootloader="extlinux", record=str(record), args=[], check_mode=True, want_diff=True)
+        assert result["changed"] is True
+        assert (snapshot(conf), snapshot(record)) == before
+        assert [d["after_header"] for d in result["diff"]] == [str(conf), str(record)]
+        assert "console=ttyTCU0,115200" in result["diff"][0]["after"]
+
+    def test_only_the_record_out_of_date_is_a_change(self, tmp_path):
+        conf, record = self.setup_device(tmp_path)
+        run(tmp_path, bootloader="extlinux", record=str(record), args=["isolcpus=4-7"])
+        record.write_text(record.read_text().replace("isolcpus=4-7", "isolcpus=2-7"))
+        before = snapshot(conf)
+        result = run(tmp_path, bootloader="extlinux", record=str(record), args=["isolcpus=4-7"])
+        assert result["changed"] is True and snapshot(conf) == before
+        assert json.loads(record.read_text())["args"] == ["isolcpus=4-7"]
+
+    @pytest.mark.parametrize("content", ["not json", "[]", '{"args": "quiet"}', '{"args": [], "replaced": []}'])
+    def test_a_record_it_cannot_read_is_refused_and_nothing_written(self, tmp_path, content):
+        conf, record = self.setup_device(tmp_path)
+        record.parent.mkdir(parents=True)
+        record.write_text(content)
+        before = snapshot(conf), snapshot(record)
+        with pytest.raises(ValueError, match="not a record of managed boot arguments"):
+            run(tmp_path, bootloader="extlinux", record=str(record), args=["isolcpus=4-7"])
+        assert (snapshot(conf), snapshot(record)) == before
+
+    def test_armbian_extra_that_replaced_root_gives_rootdev_back(self, tmp_path):
+        env = install(tmp_path, "armbianEnv_rock5b.txt", "boot/armbianEnv.txt")
+        record = tmp_path / "bootargs.json"
+        run(tmp_path, bootloader="armbian", record=str(record), args=["root=/dev/nvme0n1p2"])
+        result = run(tmp_path, bootloader="armbian", record=str(record), args=[])
+        rootdev = [t for t in result["persisted"] if t.startswith("root=")]
+        assert rootdev and all(t == "root=UUID=7d2b6a31-5c4e-4f8a-9b1d-2e3f4a5b6c7d" for t in rootdev)
+        assert "root=/dev/nvme0n1p2" not in env.read_text()
 
 
 # ---------------------------------------------------------------------------
