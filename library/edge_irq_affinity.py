@@ -213,6 +213,9 @@ class Plan(object):
     def __init__(self):
         self.moved, self.unmovable, self.kept, self.lines_before, self.lines_after = [], [], [], [], []
         self.errors = []
+        # Refused on an earlier run and in place now (e.g. after a reboot with
+        # irqaffinity=): still remembered, so the state file does not change.
+        self.remembered = []
         self.default_affinity = None
         self.workqueue = None
 
@@ -251,6 +254,7 @@ def run(root="/", cpus="", keep_subsets=True, default_affinity=True, workqueue=T
                              known_refused)
     plan = Plan()
     wanted_text = cpulist.format_cpulist(wanted)
+    known = set(known_refused or ())
 
     for item in irqs:
         irq, path, current, name, reason = item["irq"], item["path"], item["affinity"], item["name"], item["hint"]
@@ -258,6 +262,8 @@ def run(root="/", cpus="", keep_subsets=True, default_affinity=True, workqueue=T
         plan.lines_before.append("%s: %s" % (path, current_text))
         entry = {"irq": irq, "name": name}
         if item["status"] in ("ok", "kept"):
+            if edge_irq.refused_key(irq, name) in known:
+                plan.remembered.append(entry)
             if item["status"] == "kept":
                 plan.kept.append(dict(entry, affinity=current_text))
             plan.lines_after.append("%s: %s" % (path, current_text))
@@ -348,7 +354,7 @@ def result_of(plan, cpus_text):
 
 
 def state_document(cpus_text, keep_subsets, default_affinity, workqueue, unmovable_names, plan):
-    refused = sorted({(u["irq"], u["name"]) for u in plan.unmovable})
+    refused = sorted({(u["irq"], u["name"]) for u in plan.unmovable + plan.remembered})
     doc = {"format": STATE_FORMAT, "generated_by": "edge_irq_affinity", "cpus": cpus_text,
            "keep_subsets": bool(keep_subsets), "default_affinity": bool(default_affinity),
            "workqueue": bool(workqueue), "unmovable_names": list(unmovable_names or []),

@@ -425,6 +425,21 @@ def test_module_moves_writes_the_state_file_and_shows_the_diff(rk, tmp_path, mon
     assert check["diff"][0]["before"] == check["diff"][0]["after"]
 
 
+def test_a_refused_irq_the_kernel_later_placed_stays_remembered(rk, tmp_path, monkeypatch, capsys):
+    """After a reboot with irqaffinity=, the kernel itself starts a refused IRQ on the
+    housekeeping CPUs: the state file must not change (check mode stays clean)."""
+    monkeypatch.setattr(irqmod, "write_value", FakeKernel("rk3588"))
+    state = tmp_path / "etc/edgetune/cpu-affinity.json"
+    args = {"cpus": "0-3", "root": str(rk), "state_file": str(state)}
+    run_module(args, capsys)
+    recorded = state.read_text()
+    (rk / "proc/irq/11/smp_affinity_list").write_text("0-3\n")
+    check = run_module(args, capsys, check=True)
+    assert check["changed"] is False and check["state_file_changed"] is False
+    assert run_module(args, capsys)["changed"] is False
+    assert state.read_text() == recorded
+
+
 def test_module_check_mode_writes_neither_sysfs_nor_state(rk, tmp_path, monkeypatch, capsys):
     kernel = FakeKernel("rk3588")
     monkeypatch.setattr(irqmod, "write_value", kernel)
