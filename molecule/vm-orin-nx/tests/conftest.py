@@ -69,10 +69,17 @@ def extlinux_labels(text):
     return labels, default
 
 
+def scenario_ansible_args():
+    """The scenario's own ansible-playbook arguments (molecule.yml), as its converge used them."""
+    scenario = Path(os.environ.get("MOLECULE_SCENARIO_DIRECTORY", Path(__file__).resolve().parents[1]))
+    config = yaml.safe_load((scenario / "molecule.yml").read_text())
+    return list(config["provisioner"].get("ansible_args") or [])
+
+
 def run_site(host, *extra):
     """ansible-playbook site.yml against this VM, as the user runs it."""
     argv = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
-            "-l", host.backend.host, str(PROJECT / "site.yml"), *extra]
+            "-l", host.backend.host, str(PROJECT / "site.yml"), *scenario_ansible_args(), *extra]
     return subprocess.run(argv, cwd=str(PROJECT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           check=False, env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0"))
 

@@ -6,6 +6,7 @@ idempotence. The recovery test comes last and restores the converged state.
 import json
 import re
 import time
+import urllib.request
 
 from conftest import (BOOTARGS, HOUSEKEEPING, INFERENCE, cpulist, edgetune_vm, extlinux_labels, fstype, read,
                       recap, run_site, vm_status)
@@ -119,6 +120,48 @@ def quote(text):
     return "'" + text.replace("'", "'\"'\"'") + "'"
 
 
+# ------------------------------------------------------------------ eBPF classifier
+def htb_counters(host, interface):
+    """{class id: packets sent} from `tc -s class show`, as a user reads it."""
+    counters, current = {}, None
+    for line in host.check_output("tc -s class show dev %s" % interface).splitlines():
+        words = line.split()
+        if words[:2] == ["class", "htb"]:
+            current = words[2]
+        elif words[:1] == ["Sent"] and current:
+            counters[current] = int(words[3])
+            current = None
+    return counters
+
+
+def test_ebpf_classifier_is_attached_and_moves_the_htb_counters(host, config):
+    interface = config["edge_netqos_interfaces"][0]
+    filters = host.check_output("tc filter show dev %s egress" % interface)
+    assert "bpf" in filters and "direct-action" in filters, filters
+    high, default = config["edge_netqos_high_class"], config["edge_netqos_default_class"]
+    before = htb_counters(host, interface)
+
+    # Answers of the runtime (its port, through qemu's forward from the host's loopback).
+    port = vm_status()["forwards"][str(config["edge_runtime_port"])]
+    for _ in range(20):
+        with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=30) as answer:
+            assert answer.status == 200
+    after_port = htb_counters(host, interface)
+    assert after_port[high] - before[high] >= 20, (before, after_port)
+
+    # A process in the ai-infer slice sending to a port that is not an inference port:
+    # classified by its cgroup. The same datagrams from outside the slice are not.
+    send = ("python3 -c 'import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+            "[s.sendto(b\"x\" * 100, (\"10.0.2.2\", 9)) for _ in range(50)]'")
+    host.check_output("systemd-run --quiet --wait --slice=%s %s" % (config["edge_cgroups_slice"], send))
+    after_slice = htb_counters(host, interface)
+    assert after_slice[high] - after_port[high] >= 50, (after_port, after_slice)
+    host.check_output("systemd-run --quiet --wait --slice=system.slice %s" % send)
+    after_other = htb_counters(host, interface)
+    assert after_other[default] - after_slice[default] >= 50, (after_slice, after_other)
+    assert after_other[high] - after_slice[high] < 50, (after_slice, after_other)
+
+
 # ------------------------------------------------------------------ check mode
 def test_check_mode_is_clean_after_the_reboot(host):
     out = run_site(host, "--check", "--diff")
@@ -137,15 +180,17 @@ def wait_ssh(timeout):
 
 
 def test_bad_root_is_caught_and_the_fallback_label_brings_the_vm_back(host):
+    """The user's recovery, end to end. Runs about boot arguments only use
+    --tags edge_bootargs (the reboot and its verification run with any tags)."""
     name = host.backend.host
     good = read(host, "/proc/cmdline").split()
     root = [t for t in good if t.startswith("root=")]
     assert len(root) == 1
 
     # 1. A boot file change that makes the kernel fail to boot: the post-reboot
-    #    check fails the host (it never comes back on SSH).
-    out = run_site(host, "-e", json.dumps({"edge_bootargs_extra": ["root=/dev/nonexistent"],
-                                           "edge_reboot_timeout": 120}))
+    #    wait fails the host (it never comes back on SSH).
+    out = run_site(host, "--tags", "edge_bootargs", "-e", json.dumps({
+        "edge_bootargs_extra": ["root=/dev/nonexistent"], "edge_reboot_timeout": 150}))
     stats = recap(out.stdout, name)
     assert stats["failed"] + stats["unreachable"] == 1, out.stdout[-4000:]
     assert "Reboot once to apply boot-time settings" in out.stdout
@@ -160,14 +205,18 @@ def test_bad_root_is_caught_and_the_fallback_label_brings_the_vm_back(host):
     assert default == "primary" and "root=/dev/nonexistent" in labels["primary"]
     assert [t for t in labels["edgetune-fallback"] if t.startswith("root=")] == root
 
-    # 3. The user drops the bad argument from the inventory and runs site.yml:
-    #    the entry must get its own root= back (the one the fallback holds),
-    #    not lose root= altogether, and nothing is left to reboot for.
-    out = run_site(host)
+    # 3. The user drops the bad argument from the inventory and runs again: the
+    #    entry gets its own root= back (recorded when the extra replaced it), so
+    #    it is the entry that booted, and no reboot is due.
+    boot_id = read(host, "/proc/sys/kernel/random/boot_id")
+    out = run_site(host, "--tags", "edge_bootargs")
     stats = recap(out.stdout, name)
     assert stats["failed"] == 0 and stats["unreachable"] == 0, out.stdout[-4000:]
+    assert read(host, "/proc/sys/kernel/random/boot_id") == boot_id      # not rebooted
     labels, _ = extlinux_labels(host.file(EXTLINUX).content_string)
-    assert [t for t in labels["primary"] if t.startswith("root=")] == root, labels["primary"]
+    assert labels["primary"] == labels["edgetune-fallback"] == good[1:-1], labels
+
+    # 4. Idempotence after a reboot: the whole site.yml changes nothing.
     out = run_site(host)
     stats = recap(out.stdout, name)
     assert stats["changed"] == 0 and stats["failed"] == 0, out.stdout[-4000:]

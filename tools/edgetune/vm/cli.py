@@ -38,6 +38,7 @@ def status_dict(st):
     if st is None:
         return {"name": runner.NAME, "running": False, "image": str(image.cached() or "")}
     return {"name": runner.NAME, "running": True, "pid": st["pid"], "port": st["port"],
+            "forwards": st.get("forwards", {}),
             "address": "127.0.0.1", "user": "root", "image": st["image"],
             "identity_file": st["image"] + "/id_ed25519", "known_hosts": str(runner.RUN / "known_hosts"),
             "host_key_alias": image.HOST_KEY_ALIAS, "serial_log": str(runner.RUN / "serial.log")}

@@ -28,8 +28,11 @@ BOARD = "orin-nx-16gb-r36"
 DISTRO = "bookworm"
 DISK_BYTES = 4 << 30
 PART_OFFSET = 1 << 20
+# With bcc, pyroute2 and the kernel's headers, as edge_netqos installs them on a
+# board: the classifier is compiled and attached on the VM's own kernel.
 PACKAGES = sorted(set(manager.BASE_PACKAGES) | {
-    "linux-image-amd64", "initramfs-tools", "udev", "openssh-server"})
+    "linux-image-amd64", "initramfs-tools", "udev", "openssh-server",
+    "linux-headers-amd64", "python3-bpfcc", "python3-pyroute2"})
 # The host key's name in known_hosts: the VM answers on a port chosen at `up`.
 HOST_KEY_ALIAS = "edgetune-vm-" + BOARD
 MBR_BIN = Path("/usr/lib/syslinux/mbr/mbr.bin")
@@ -50,11 +53,22 @@ def check(argv, what, **kwargs):
     return result
 
 
-def require_tools(names):
+def require_tools(names, say=print):
+    """The host tools the VM needs: installed with apt on Debian as root (as the
+    Docker engine is), else one line saying what to install."""
     missing = sorted({TOOLS[n] for n in names if not shutil.which(n)})
-    if missing:
+    if "extlinux" in names and not MBR_BIN.exists():
+        missing.append("syslinux-common")
+    if not missing:
+        return
+    if not manager.is_debian_root():
         raise UsageError("missing %s: install them (Debian: apt-get install %s)"
                          % (", ".join(missing), " ".join(missing)))
+    say("installing Debian's %s" % " ".join(missing))
+    try:
+        manager.apt_install(*missing)
+    except manager.TwinError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def require_loop():
@@ -62,8 +76,6 @@ def require_loop():
         raise UsageError("building the VM image needs root (loop devices, mount, debootstrap)")
     if not Path("/dev/loop-control").exists() or run(["losetup", "-f"]).returncode != 0:
         raise UsageError("no free loop device: load the loop module (modprobe loop) or run where /dev/loop* exist")
-    if not MBR_BIN.exists():
-        raise UsageError("missing %s: install syslinux-common (apt-get install syslinux-common)" % MBR_BIN)
 
 
 def inputs_digest():
@@ -130,7 +142,7 @@ def build(say=print, force=False):
     done = cached()
     if done and not force:
         return done
-    require_tools(["debootstrap", "extlinux", "losetup", "mkfs.ext4", "ssh-keygen"])
+    require_tools(["debootstrap", "extlinux", "losetup", "mkfs.ext4", "ssh-keygen"], say)
     require_loop()
     mirror = manager.apt_mirror()
     target = image_dir()

@@ -3,8 +3,9 @@
 One VM at a time, its run state in .cache/vm/run/: a copy-on-write overlay on
 the cached image (the image stays clean), the serial console as a unix socket
 with everything it printed in serial.log, qemu's monitor socket, and the SSH
-port forwarded on 127.0.0.1 only (user-mode networking: the VM reaches
-nothing but the host's loopback forward and its own DHCP).
+port and the runtime's port forwarded on 127.0.0.1 only (user-mode networking
+with restrict=on: the VM reaches nothing beyond its own DHCP; packets it sends
+elsewhere still leave its eth0, where the inference QoS counts them).
 """
 import json
 import os
@@ -28,6 +29,7 @@ CPUS = 8          # the board's CPU count: isolcpus=4-7 means what it says
 MEMORY_MB = 2048
 BOOT_TIMEOUT = 300
 INVENTORY_FILE = "vm.yml"
+RUNTIME_PORT = 8470   # edge_runtime_port's default; the VM's host vars may set another
 
 
 def run(argv, **kwargs):
@@ -80,7 +82,7 @@ def serial_tail(lines=8):
 # ---------------------------------------------------------------- up / down
 def up(inventory_dir="inventory/twin", timeout=BOOT_TIMEOUT, port=None, say=print):
     """Boot the cached image (built first if need be), wait for SSH, write the inventory."""
-    image.require_tools(["qemu-system-x86_64", "qemu-img"])
+    image.require_tools(["qemu-system-x86_64", "qemu-img"], say)
     st = state()
     if st is None:
         img = image.cached() or image.build(say)
@@ -99,10 +101,14 @@ def start(img, port, say):
     overlay = RUN / "overlay.qcow2"
     image.check(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(img / "disk.img"),
                  str(overlay)], "qemu-img create")
+    runtime_port = (yaml.safe_load(HOST_VARS.read_text()) or {}).get("edge_runtime_port", RUNTIME_PORT)
+    forwards = {"22": port, str(runtime_port): free_port()}
+    st = {"name": NAME, "port": port, "forwards": forwards, "image": str(img), "started": time.time()}
     argv = ["qemu-system-x86_64", "-accel", "tcg", "-name", NAME, "-cpu", "max",
             "-smp", str(CPUS), "-m", str(MEMORY_MB),
             "-drive", "file=%s,if=virtio,format=qcow2" % overlay,
-            "-netdev", "user,id=n0,hostfwd=tcp:127.0.0.1:%d-:22" % port,
+            "-netdev", "user,id=n0,restrict=on," + ",".join(
+                "hostfwd=tcp:127.0.0.1:%d-:%s" % (host, guest) for guest, host in sorted(forwards.items())),
             "-device", "virtio-net-pci,netdev=n0",
             "-chardev", "socket,id=s0,path=%s,server=on,wait=off,logfile=%s,logappend=on"
             % (RUN / "serial.sock", RUN / "serial.log"),
@@ -113,7 +119,6 @@ def start(img, port, say):
     # The recorded host key, at a stable path for tools that cannot know the
     # image's digest (molecule's ssh options).
     shutil.copyfile(img / "known_hosts", RUN / "known_hosts")
-    st = {"name": NAME, "port": port, "image": str(img), "started": time.time()}
     (RUN / "state.json").write_text(json.dumps(st) + "\n")
     result = run(argv)
     if result.returncode != 0:
