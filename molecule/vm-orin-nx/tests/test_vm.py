@@ -14,6 +14,7 @@ from conftest import (BOOTARGS, HOUSEKEEPING, INFERENCE, cpulist, edgetune_vm, e
 SLICE = "ai-infer.slice"
 RUNTIME = "edgetune-runtime.service"
 EXTLINUX = "/boot/extlinux/extlinux.conf"
+BOOTARGS_TAGS = "edge_facts,edge_bootargs"
 
 
 # ------------------------------------------------------------------ identity
@@ -181,7 +182,7 @@ def wait_ssh(timeout):
 
 def test_bad_root_is_caught_and_the_fallback_label_brings_the_vm_back(host):
     """The user's recovery, end to end. Runs about boot arguments only use
-    --tags edge_bootargs (the reboot and its verification run with any tags)."""
+    --tags edge_facts,edge_bootargs (the reboot and its verification run with any tags)."""
     name = host.backend.host
     good = read(host, "/proc/cmdline").split()
     root = [t for t in good if t.startswith("root=")]
@@ -189,7 +190,7 @@ def test_bad_root_is_caught_and_the_fallback_label_brings_the_vm_back(host):
 
     # 1. A boot file change that makes the kernel fail to boot: the post-reboot
     #    wait fails the host (it never comes back on SSH).
-    out = run_site(host, "--tags", "edge_bootargs", "-e", json.dumps({
+    out = run_site(host, "--tags", BOOTARGS_TAGS, "-e", json.dumps({
         "edge_bootargs_extra": ["root=/dev/nonexistent"], "edge_reboot_timeout": 150}))
     stats = recap(out.stdout, name)
     assert stats["failed"] + stats["unreachable"] == 1, out.stdout[-4000:]
@@ -209,7 +210,7 @@ def test_bad_root_is_caught_and_the_fallback_label_brings_the_vm_back(host):
     #    entry gets its own root= back (recorded when the extra replaced it), so
     #    it is the entry that booted, and no reboot is due.
     boot_id = read(host, "/proc/sys/kernel/random/boot_id")
-    out = run_site(host, "--tags", "edge_bootargs")
+    out = run_site(host, "--tags", BOOTARGS_TAGS)
     stats = recap(out.stdout, name)
     assert stats["failed"] == 0 and stats["unreachable"] == 0, out.stdout[-4000:]
     assert read(host, "/proc/sys/kernel/random/boot_id") == boot_id      # not rebooted
