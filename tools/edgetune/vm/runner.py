@@ -27,7 +27,7 @@ RUN = image.CACHE / "run"
 HOST_VARS = Path(__file__).resolve().parent / "host_vars" / (NAME + ".yml")
 CPUS = 8          # the board's CPU count: isolcpus=4-7 means what it says
 MEMORY_MB = 2048
-BOOT_TIMEOUT = 300
+BOOT_TIMEOUT = 600   # boot under emulation on a loaded 2-core machine: 1-2.5 min seen
 INVENTORY_FILE = "vm.yml"
 RUNTIME_PORT = 8470   # edge_runtime_port's default; the VM's host vars may set another
 
