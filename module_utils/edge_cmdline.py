@@ -846,7 +846,8 @@ def parse_record(text, name="the record"):
             or not all(isinstance(v, list) and all(isinstance(t, str) for t in v) for v in replaced.values())):
         raise ValueError(
             f"{name} is not a record of managed boot arguments (JSON with a list 'args'): "
-            "restore it from its backup, or remove it if edgetune never set boot arguments here"
+            "fix it, or remove it if edgetune never set boot arguments here (the boot files' "
+            "edgetune backups, next to them, hold their earlier content)"
         )
     return {"args": args, "replaced": replaced}
 
