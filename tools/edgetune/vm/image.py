@@ -139,6 +139,9 @@ def mbr_partition_table(disk_bytes):
 # ---------------------------------------------------------------- build
 def build(say=print, force=False):
     """Build (or reuse) the image; returns its cache directory."""
+    # qemu too, though only `vm up` runs it: make test builds the image before
+    # it starts the VM scenario beside other work that may use apt.
+    require_tools(["qemu-system-x86_64", "qemu-img"], say)
     done = cached()
     if done and not force:
         return done
