@@ -1,7 +1,8 @@
 """site.yml on the VM twin: what a real kernel booted by a real bootloader shows.
 
-Runs after molecule's converge (site.yml, one reboot through syslinux) and
-idempotence. The recovery test comes last and restores the converged state.
+Runs after molecule's converge (site.yml, one reboot through syslinux). The
+recovery test comes last: it restores the converged state and ends with the
+idempotence check (a whole site.yml run that changes nothing, after a reboot).
 """
 import json
 import re
