@@ -14,11 +14,14 @@ VM ?= 1
 VM_SCENARIO := vm-orin-nx
 # The container twins' molecule scenarios: every other molecule/*/molecule.yml.
 SCENARIOS ?= $(filter-out $(VM_SCENARIO),$(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+# This checkout is the collection edgetune.fleet; ansible.cfg finds it through
+# this link (never a copy).
+COLLECTION_LINK := .cache/collections/ansible_collections/edgetune/fleet
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help venv venv38 engine images vm-image lint unit unit38 molecule vm-test integration test demo twins-down artifacts bench
+.PHONY: help collection sanity consumer venv venv38 engine images vm-image lint unit unit38 molecule vm-test integration test demo twins-down artifacts bench
 
 help:
 	@echo "make demo   provision a twin fleet with site.yml (orin-fleet, then rk3588-fleet)"
@@ -27,7 +30,12 @@ help:
 	@echo "make bench  benchmarks (runtime P99 under noise, audit vs --check, eBPF priority)"
 	@echo "make twins-down   remove the demo twins"
 
-venv: $(VENV)/.installed
+collection: $(COLLECTION_LINK)
+$(COLLECTION_LINK):
+	mkdir -p $(dir $@)
+	ln -sfn ../../../.. $@
+
+venv: $(VENV)/.installed collection
 $(VENV)/.installed: requirements.txt tools/pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt -e tools

@@ -1,19 +1,24 @@
-"""Make the project's module_utils and library importable the way Ansible does.
+"""Make the collection importable the way Ansible does, from this checkout.
 
-Modules import shared code as ``ansible.module_utils.edge_*``; Ansible resolves
-that from the ``module_utils`` directory named in ansible.cfg.  The tests
-extend the package path the same way, so the code under test is the code that
-ships, not a copy.
+Modules import shared code as
+``ansible_collections.edgetune.fleet.plugins.module_utils.edge_*``; the
+Makefile links the checkout into ``.cache/collections`` as the collection
+(the path ansible.cfg names), and the tests import through that link, so the
+code under test is the code that ships, not a copy. The modules themselves are
+imported as top-level files from plugins/modules, as the unit tests call
+their functions directly.
 """
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+COLLECTIONS = ROOT / ".cache" / "collections"
 
-import ansible.module_utils  # noqa: E402
+LINK = COLLECTIONS / "ansible_collections" / "edgetune" / "fleet"
 
-if str(ROOT / "module_utils") not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
-for extra in (ROOT / "library", ROOT / "tools"):
+if not LINK.is_symlink():  # `make collection` makes the same link; pytest run alone makes it here
+    LINK.parent.mkdir(parents=True, exist_ok=True)
+    LINK.symlink_to(Path("..", "..", "..", ".."))
+for extra in (COLLECTIONS, ROOT / "plugins" / "modules", ROOT / "tools"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))

@@ -25,7 +25,7 @@ import pytest
 pytestmark = [pytest.mark.controller, pytest.mark.netns]
 
 ROOT = Path(__file__).resolve().parents[2]
-LOADER = ROOT / "tools" / "edgetune" / "bpf.py"
+LOADER = ROOT / "plugins" / "module_utils" / "edge_netqos_loader.py"
 SYSTEM_PYTHON = "/usr/bin/python3"
 A_ADDR, B_ADDR = "10.77.0.1", "10.77.0.2"
 A_ADDR6, B_ADDR6 = "fd00:77::1", "fd00:77::2"

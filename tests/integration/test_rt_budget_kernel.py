@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "library"))
+sys.path.insert(0, str(ROOT / "plugins/modules"))
 pytestmark = pytest.mark.controller
 
 PARENT_BUDGET = 20000

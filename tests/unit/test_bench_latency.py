@@ -73,7 +73,7 @@ def test_png_histogram(runtime, tmp_path):
 
 
 PIPED_SOURCE = "\n".join((REPO / src).read_text()
-                         for src in ("module_utils/edge_latency.py", "tools/edgetune/bench.py"))
+                         for src in ("plugins/module_utils/edge_latency.py", "tools/edgetune/bench.py"))
 
 
 def test_runs_standalone_from_stdin_with_the_system_python(runtime):

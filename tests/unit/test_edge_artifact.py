@@ -1,4 +1,4 @@
-"""Manifests, tarball inspection and the compatibility rules (module_utils/edge_artifact.py).
+"""Manifests, tarball inspection and the compatibility rules (plugins/module_utils/edge_artifact.py).
 
 The L4T-to-TensorRT rows used here are written from NVIDIA's JetPack release
 notes (JetPack 5.1.x = L4T 35.2-35.6 with TensorRT 8.5.2; JetPack 6.0 = 36.3
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible.module_utils.edge_artifact import (
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact import (
     ArtifactError,
     compatibility_problems,
     detect_rknn,

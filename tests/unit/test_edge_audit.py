@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.edge_audit import audit, evaluate, prometheus_text
-from ansible.module_utils.edge_cmdline import parse_record, render_record
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import audit, evaluate, prometheus_text
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import parse_record, render_record
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bootloader"
 ARGS = ["isolcpus=managed_irq,domain,4-7", "nohz_full=4-7"]
@@ -161,15 +161,13 @@ def test_on_device_command_writes_the_textfile_and_exits_1_on_drift(tmp_path):
     """The timer's command line, with module_utils installed beside the script as the role does."""
     root = device(tmp_path / "dev", " " + ARGS[0], " " + " ".join(ARGS))
     install = tmp_path / "lib"
-    (install / "ansible/module_utils").mkdir(parents=True)
-    (install / "ansible/__init__.py").write_text("")
-    (install / "ansible/module_utils/__init__.py").write_text("")
     repo = Path(__file__).resolve().parents[2]
     # What role edge_audit_timer installs, read from the role itself.
-    installed = yaml.safe_load((repo / "roles/edge_audit_timer/vars/main.yml").read_text())
-    for name in installed["__edge_audit_timer_module_utils"]:
-        os.symlink(repo / "module_utils" / (name + ".py"), install / "ansible/module_utils" / (name + ".py"))
-    os.symlink(repo / "library/edge_audit.py", install / "edge_audit.py")
+    role_vars = yaml.safe_load((repo / "roles/edge_audit_timer/vars/main.yml").read_text())
+    for item in role_vars["__edge_audit_timer_files"]:
+        dest = install / item["dest"].replace("{{ __edge_audit_timer_utils_dir }}", role_vars["__edge_audit_timer_utils_dir"])
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(repo / item["src"], dest)
     irq_device(root)
     checks = tmp_path / "checks.json"
     checks.write_text(json.dumps({"checks": [cmdline_check(), irq_check()]}))

@@ -1,5 +1,4 @@
-"""roles/edge_cgroups/filter_plugins/edge_cgroups.py: the slice settings checked against the board."""
-import importlib.util
+"""plugins/filter/edge_cgroups_plan.py: the slice settings checked against the board."""
 from pathlib import Path
 
 import pytest
@@ -11,15 +10,7 @@ AnsibleFilterError = pytest.importorskip("ansible.errors", reason="needs ansible
 GIB = 1024 ** 3
 
 
-def _load():
-    path = REPO / "roles/edge_cgroups/filter_plugins/edge_cgroups.py"
-    spec = importlib.util.spec_from_file_location("edge_cgroups_filter", str(path))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-plugin = _load()
+from ansible_collections.edgetune.fleet.plugins.filter import edge_cgroups_plan as plugin  # noqa: E402
 
 
 def settings(**changes):

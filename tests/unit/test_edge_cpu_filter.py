@@ -1,9 +1,8 @@
-"""plugins/filter/edge_cpu.py (edge_cpu_partition) and the CPU list helpers it uses.
+"""plugins/filter/edge_cpu_partition.py (edge_cpu_partition) and the CPU list helpers it uses.
 
 Boards as HARDWARE.md §3 has them: Orin NX 16GB 2x4 cores, AGX Orin 64GB 3x4,
 RK3588 4xA55 + 2x2 A76, Orin NX 8GB / Nano 4+2.
 """
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -16,14 +15,7 @@ pytestmark = pytest.mark.controller
 AnsibleFilterError = pytest.importorskip("ansible.errors", reason="needs ansible-core").AnsibleFilterError
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("edge_cpu_filter", str(REPO / "plugins/filter/edge_cpu.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-plugin = _load()
+from ansible_collections.edgetune.fleet.plugins.filter import edge_cpu_partition as plugin  # noqa: E402
 partition = plugin.edge_cpu_partition
 cpulist = plugin.cpulist
 

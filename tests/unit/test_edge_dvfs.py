@@ -14,7 +14,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible.module_utils import edge_dvfs as dvfs
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_dvfs as dvfs
 from ansible.module_utils.testing import patch_module_args
 
 REPO = Path(__file__).resolve().parents[2]
@@ -677,7 +677,7 @@ def test_cli_reapplies_the_state_file_after_reboot(rk, tmp_path, capsys, python)
 
     reboot(rk, "rk3588")
     assert value(policy_file(rk, 4, "scaling_governor")) == "schedutil"
-    command = [python, str(REPO / "library/edge_dvfs.py"), "--apply-state", str(state),
+    command = [python, str(REPO / "plugins/modules/edge_dvfs.py"), "--apply-state", str(state),
                "--sysfs-root", str(rk)]
     done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, env=dict(os.environ, PYTHONPATH=""))
@@ -692,15 +692,15 @@ def test_cli_reapplies_the_state_file_after_reboot(rk, tmp_path, capsys, python)
 
 
 def test_cli_runs_from_the_installed_layout_without_ansible(rk, tmp_path, capsys):
-    """The boot unit ships edge_dvfs.py with module_utils/edge_dvfs.py beside it."""
+    """The boot unit ships edge_dvfs.py with plugins/module_utils/edge_dvfs.py beside it."""
     python = PY38 if os.path.exists(PY38) else sys.executable
     state = tmp_path / "dvfs.json"
     run_module(dict(RK_TUNING, sysfs_root=str(rk), state_file=str(state)), capsys)
     reboot(rk, "rk3588")
     install = tmp_path / "usr/local/lib/edgetune"
     (install / "module_utils").mkdir(parents=True)
-    shutil.copy(str(REPO / "library/edge_dvfs.py"), str(install / "edge_dvfs.py"))
-    shutil.copy(str(REPO / "module_utils/edge_dvfs.py"), str(install / "module_utils/edge_dvfs.py"))
+    shutil.copy(str(REPO / "plugins/modules/edge_dvfs.py"), str(install / "edge_dvfs.py"))
+    shutil.copy(str(REPO / "plugins/module_utils/edge_dvfs.py"), str(install / "module_utils/edge_dvfs.py"))
     done = subprocess.run([python, str(install / "edge_dvfs.py"), "--apply-state", str(state),
                            "--sysfs-root", str(rk)],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)

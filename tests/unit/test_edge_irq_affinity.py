@@ -21,7 +21,7 @@ import edge_irq_affinity as irqmod
 import pytest
 import yaml
 
-from ansible.module_utils import edge_cpulist
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_cpulist
 from ansible.module_utils.testing import patch_module_args
 
 REPO = Path(__file__).resolve().parents[2]
@@ -518,7 +518,7 @@ def test_cli_reapplies_after_reboot_with_really_refusing_files(rk, tmp_path, cap
                 pass
         pytest.skip("this filesystem or user cannot set the immutable flag")
     try:
-        command = [python, str(REPO / "library/edge_irq_affinity.py"), "--apply-state", str(state), "--root", str(rk)]
+        command = [python, str(REPO / "plugins/modules/edge_irq_affinity.py"), "--apply-state", str(state), "--root", str(rk)]
         done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                               env=dict(os.environ, PYTHONPATH=""))
         assert done.returncode == 0, done.stderr
@@ -535,7 +535,7 @@ def test_cli_reapplies_after_reboot_with_really_refusing_files(rk, tmp_path, cap
 
 
 def test_cli_runs_from_the_installed_layout_without_ansible(rk, tmp_path, monkeypatch, capsys):
-    """The boot unit ships edge_irq_affinity.py with module_utils/edge_cpulist.py and edge_irq.py beside it."""
+    """The boot unit ships edge_irq_affinity.py with plugins/module_utils/edge_cpulist.py and edge_irq.py beside it."""
     python = PY38 if os.path.exists(PY38) else sys.executable
     monkeypatch.setattr(irqmod, "write_value", FakeKernel("rk3588"))
     state = tmp_path / "cpu-affinity.json"
@@ -544,9 +544,9 @@ def test_cli_runs_from_the_installed_layout_without_ansible(rk, tmp_path, monkey
     # Plain files and no FakeKernel in the subprocess: nothing refuses, every IRQ moves.
     install = tmp_path / "usr/local/lib/edgetune"
     (install / "module_utils").mkdir(parents=True)
-    shutil.copy(str(REPO / "library/edge_irq_affinity.py"), str(install / "edge_irq_affinity.py"))
+    shutil.copy(str(REPO / "plugins/modules/edge_irq_affinity.py"), str(install / "edge_irq_affinity.py"))
     for name in ("edge_cpulist.py", "edge_irq.py"):
-        shutil.copy(str(REPO / "module_utils" / name), str(install / "module_utils" / name))
+        shutil.copy(str(REPO / "plugins/module_utils" / name), str(install / "module_utils" / name))
     done = subprocess.run([python, str(install / "edge_irq_affinity.py"), "--apply-state", str(state),
                            "--root", str(rk)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, env=dict(os.environ, PYTHONPATH=""))

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 GUEST = REPO / "tools" / "edgetune" / "twin" / "guest"
 JETSON_CLOCKS = GUEST / "jetson_clocks"
 NVPMODEL = GUEST / "nvpmodel"
-MODULE = REPO / "library" / "edge_jetson_clocks.py"
+MODULE = REPO / "plugins/modules" / "edge_jetson_clocks.py"
 PY38 = "/root/.pyenv/versions/3.8.18/bin/python"
 
 # cpufreq tables (kHz) and GPU OPPs (Hz): tools/edgetune/twin/guest/boards/*.json

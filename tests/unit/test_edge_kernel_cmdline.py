@@ -1,4 +1,4 @@
-"""Unit tests for library/edge_kernel_cmdline.py on fixture trees under tmp_path."""
+"""Unit tests for plugins/modules/edge_kernel_cmdline.py on fixture trees under tmp_path."""
 import json
 import os
 import shutil
@@ -9,8 +9,8 @@ from pathlib import Path
 import edge_kernel_cmdline as module
 import pytest
 
-from ansible.module_utils.edge_cmdline import FALLBACK_LABEL, plan_extlinux
-from ansible.module_utils.edge_fileio import atomic_write, backup_files
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import FALLBACK_LABEL, plan_extlinux
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write, backup_files
 from ansible.module_utils.testing import patch_module_args
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bootloader"

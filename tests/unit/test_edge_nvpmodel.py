@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible.module_utils.edge_nvpmodel import (
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_nvpmodel import (
     parse_conf,
     parse_query_output,
     parse_status,
@@ -462,7 +462,7 @@ def test_force_does_not_ask(tree):
 
 @pytest.fixture
 def nvp():
-    """library/edge_nvpmodel.py; it needs ansible-core (controller tests only)."""
+    """plugins/modules/edge_nvpmodel.py; it needs ansible-core (controller tests only)."""
     return pytest.importorskip("edge_nvpmodel")
 
 

@@ -21,7 +21,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible.module_utils import edge_pcie as pcie
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_pcie as pcie
 from ansible.module_utils.testing import patch_module_args
 
 REPO = Path(__file__).resolve().parents[2]
@@ -805,7 +805,7 @@ def test_cli_reapplies_the_state_file_after_reboot(tmp_path, python):
         struct.pack_into("<H", data, 0x16E, 0)
         Path(config).write_bytes(bytes(data))
     state = state_file(tmp_path, [dict(NVME_TC1, timeout=0.5)])
-    command = [python, str(REPO / "library/edge_pcie_vc.py"), "--apply-state", str(state), "--sysfs-root", str(root)]
+    command = [python, str(REPO / "plugins/modules/edge_pcie_vc.py"), "--apply-state", str(state), "--sysfs-root", str(root)]
     done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                           env=dict(os.environ, PYTHONPATH=""))
     assert (done.returncode, done.stderr) == (0, "")
@@ -827,8 +827,8 @@ def test_cli_runs_from_the_installed_layout_without_ansible(tmp_path):
                        load_dump("qca988x-0000-05-00.0.lspci")[1])
     install = tmp_path / "usr/local/lib/edgetune"
     (install / "module_utils").mkdir(parents=True)
-    shutil.copy(str(REPO / "library/edge_pcie_vc.py"), str(install / "edge_pcie_vc.py"))
-    shutil.copy(str(REPO / "module_utils/edge_pcie.py"), str(install / "module_utils/edge_pcie.py"))
+    shutil.copy(str(REPO / "plugins/modules/edge_pcie_vc.py"), str(install / "edge_pcie_vc.py"))
+    shutil.copy(str(REPO / "plugins/module_utils/edge_pcie.py"), str(install / "module_utils/edge_pcie.py"))
     state = state_file(tmp_path, [{"device_class": "0x0280", "tcs": [1], "vc_id": 1}])
     done = subprocess.run([python, str(install / "edge_pcie_vc.py"), "--apply-state", str(state),
                            "--sysfs-root", str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

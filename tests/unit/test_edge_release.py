@@ -13,7 +13,7 @@ from pathlib import Path
 import edge_release
 import pytest
 
-from ansible.module_utils.edge_artifact import sha256_file
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact import sha256_file
 from ansible.module_utils.testing import patch_module_args
 from edgetune import artifacts
 

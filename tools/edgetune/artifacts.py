@@ -6,7 +6,7 @@
     edgetune-runtime-<version>.tar.gz            + .manifest.json beside it
     edgetune-engine-<name>-<version>.tar.gz      + .manifest.json beside it
 
-Each tarball holds MANIFEST.json (schema in module_utils/edge_artifact.py);
+Each tarball holds MANIFEST.json (schema in plugins/module_utils/edge_artifact.py);
 the sidecar manifest is the same document plus the tarball's sha256 and size.
 Tarballs are reproducible: sorted members, fixed owner and mtime, gzip
 without a timestamp, so the same sources give the same sha256.
@@ -27,8 +27,10 @@ import tarfile
 from fractions import Fraction
 from pathlib import Path
 
-from edgetune import device_code
 from edgetune.errors import UsageError
+from edgetune_runtime import engine as engine_mod
+
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_artifact as artifact
 
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME_DIR = REPO / "runtime"
@@ -42,12 +44,6 @@ RUNTIME_COMPAT = {
     "bsp": {"armbian": ">=23.0", "ubuntu": ">=20.04", "debian": ">=11"},
     "requires": {"python": ">=3.8"},
 }
-
-
-# The device-side code, loaded by path: the packager writes exactly what the
-# module and the runtime read.
-artifact = device_code.module_util("edge_artifact")
-engine_mod = device_code.load_file("edgetune_runtime_engine", RUNTIME_DIR / "edgetune_runtime" / "engine.py")
 
 
 def runtime_version():

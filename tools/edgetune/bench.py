@@ -5,14 +5,14 @@
 
 Sends POST /infer requests over keep-alive connections and reports P50, P90,
 P99, max, mean and QPS (nearest-rank percentiles, the same method as the
-deploy gate in module_utils/edge_latency.py). Exit codes: 0, 1 when --p99-ms
+deploy gate in plugins/module_utils/edge_latency.py). Exit codes: 0, 1 when --p99-ms
 is exceeded or requests failed, 2 on usage errors or when nothing answers.
 
-The requests are sent by module_utils/edge_latency.py, the deploy gate's own
+The requests are sent by plugins/module_utils/edge_latency.py, the deploy gate's own
 load generator. Both files use only the standard library and run on Python
 3.8, so the same code measures on a device with its system Python:
 
-    cat module_utils/edge_latency.py tools/edgetune/bench.py | python3 - latency --url http://127.0.0.1:8470
+    cat plugins/module_utils/edge_latency.py tools/edgetune/bench.py | python3 - latency --url http://127.0.0.1:8470
 
 (tools/bench-runtime does that inside a twin). The PNG histogram needs
 matplotlib on the controller.
@@ -24,15 +24,13 @@ import sys
 from urllib.parse import urlsplit
 
 try:
-    from edgetune import device_code
     from edgetune.errors import UsageError
-except ImportError:  # piped onto a device after module_utils/edge_latency.py (tools/bench-runtime)
+except ImportError:  # piped onto a device after plugins/module_utils/edge_latency.py (tools/bench-runtime)
     class UsageError(Exception):
         pass
 else:
     # The deploy gate's load generator and percentiles: one implementation.
-    _latency = device_code.module_util("edge_latency")
-    percentile, run_load, summarize = _latency.percentile, _latency.run_load, _latency.summarize
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_latency import percentile, run_load, summarize
 
 
 def parse_url(url):

@@ -93,8 +93,10 @@ def is_debian_root():
 
 
 def apt_install(*packages):
-    if run(["apt-get", "update", "-qq"]).returncode != 0:
-        raise TwinError("apt-get update failed; check the machine's apt sources")
+    """Install Debian packages; the caller makes sure no other install runs beside it."""
+    update = run(["apt-get", "update", "-qq"])
+    if update.returncode != 0:
+        raise TwinError("apt-get update failed: %s" % (update.stderr.strip()[-300:] or "check the machine's apt sources"))
     result = run(["apt-get", "install", "-y", "-qq", *packages],
                  env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
     if result.returncode != 0:
@@ -152,15 +154,19 @@ def image_exists(tag):
     return run(["docker", "image", "inspect", tag]).returncode == 0
 
 
-def build_base(distro, say=print):
-    tag = "edgetune/base:%s" % distro
-    if image_exists(tag):
-        return tag
+def ensure_debootstrap(say=print):
     if not shutil.which("debootstrap"):
         if not is_debian_root():
             raise TwinError("debootstrap is missing: install it (Debian: apt-get install debootstrap)")
         say("installing debootstrap")
         apt_install("debootstrap")
+
+
+def build_base(distro, say=print):
+    """The distribution's base image; ensure_debootstrap() must have run (not in parallel)."""
+    tag = "edgetune/base:%s" % distro
+    if image_exists(tag):
+        return tag
     mirror = apt_mirror()
     say("building %s with debootstrap (about a minute)" % tag)
     workdir = tempfile.mkdtemp(prefix="edgetune-rootfs-%s-" % distro, dir="/var/tmp")
@@ -193,6 +199,10 @@ def build_twin_image(distro, say=print):
 
 def ensure_images(distros, say=print):
     ensure_engine(say)
+    # The package install comes first and once: two builds installing at the
+    # same time would meet on apt's lock.
+    if not all(image_exists("edgetune/base:%s" % distro) for distro in distros):
+        ensure_debootstrap(say)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         return list(pool.map(lambda d: build_twin_image(d, say), sorted(set(distros))))
 

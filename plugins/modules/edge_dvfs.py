@@ -227,11 +227,11 @@ import sys  # noqa: E402
 
 try:
     from ansible.module_utils.basic import AnsibleModule
-    from ansible.module_utils import edge_dvfs as dvfs
-    from ansible.module_utils.edge_fileio import atomic_write
+    from ansible_collections.edgetune.fleet.plugins.module_utils import edge_dvfs as dvfs
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write
 except ImportError:
     # Boot-time CLI on a board without Ansible: load the helper shipped next to
-    # this file (module_utils/edge_dvfs.py beside it, or the repository layout).
+    # this file (module_utils/edge_dvfs.py beside it on the device, or ../module_utils in the collection).
     if "--apply-state" not in sys.argv:
         raise
     import importlib.util

@@ -18,19 +18,19 @@ description:
   - Never writes the device, except the optional Prometheus textfile.
   - Also runs without Ansible, for a systemd timer on devices no controller reaches
     (C(python3 edge_audit.py --checks FILE --prometheus FILE)), with the module_utils it needs
-    installed beside it as C(ansible/module_utils/).
+    installed beside it in the collection's package layout (C(ansible_collections/edgetune/fleet/plugins/module_utils/)).
 version_added: "0.1.0"
 author: edgetune
 options:
   checks:
     description:
-      - The checks, each with C(setting), C(role) and C(kind) (module_utils/edge_audit.py documents every key).
+      - The checks, each with C(setting), C(role) and C(kind) (plugins/module_utils/edge_audit.py documents every key).
       - C(cmdline) boot arguments (boot file planned with the edge_kernel_cmdline code, and C(/proc/cmdline)).
       - C(value) a running value such as a sysfs, C(/proc/sys) or cgroup file (C(path), C(desired), C(compare)
         C(text), C(cpulist), or C(bytes) for a memory limit the kernel rounded down to whole pages).
       - C(file) a persisted file against the sha1 of what the role renders (C(path), C(sha1)).
       - C(irq_affinity) interrupt steering, classified by the code the edge_irq_affinity module moves
-        interrupts with (module_utils/edge_irq.py), with C(cpus) (housekeeping), C(target) (C(irqs),
+        interrupts with (plugins/module_utils/edge_irq.py), with C(cpus) (housekeeping), C(target) (C(irqs),
         C(default_affinity) or C(workqueue)), C(keep_subsets), C(unmovable_names), C(state_file),
         C(inference). A movable interrupt reaching CPUs outside C(cpus) is drift; per-CPU and managed
         interrupts (hinted by C(/proc/interrupts) or recorded as refused in C(state_file)) are not.
@@ -105,8 +105,8 @@ if __name__ == "__main__" and "--checks" in sys.argv:
     # On-device command: the module_utils are installed beside this file.
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ansible.module_utils.edge_audit import audit, prometheus_text  # noqa: E402
-from ansible.module_utils.edge_fileio import atomic_write  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import audit, prometheus_text  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write  # noqa: E402
 
 
 def cli(argv):

@@ -164,12 +164,12 @@ import sys  # noqa: E402
 
 try:
     from ansible.module_utils.basic import AnsibleModule
-    from ansible.module_utils import edge_cpulist as cpulist
-    from ansible.module_utils import edge_irq
-    from ansible.module_utils.edge_fileio import atomic_write
+    from ansible_collections.edgetune.fleet.plugins.module_utils import edge_cpulist as cpulist
+    from ansible_collections.edgetune.fleet.plugins.module_utils import edge_irq
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write
 except ImportError:
     # Boot-time CLI on a board without Ansible: import the helpers shipped next to
-    # this file (module_utils/ beside it, or the repository layout).
+    # this file (module_utils/ beside it on the device, or ../module_utils in the collection).
     if "--apply-state" not in sys.argv:
         raise
     AnsibleModule = atomic_write = None
@@ -186,7 +186,7 @@ except ImportError:
         sys.exit(1)
 
 # The reading and the classification of interrupts are shared with the drift
-# audit (module_utils/edge_irq.py); this module adds the writes.
+# audit (plugins/module_utils/edge_irq.py); this module adds the writes.
 STATE_FORMAT = edge_irq.STATE_FORMAT
 IRQ_DIR, INTERRUPTS, CPU_ONLINE, WORKQUEUE_MASK = (edge_irq.IRQ_DIR, edge_irq.INTERRUPTS, edge_irq.CPU_ONLINE,
                                                    edge_irq.WORKQUEUE_MASK)

@@ -247,7 +247,7 @@ diff:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.edge_bootfile import (  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_bootfile import (  # noqa: E402
     BOOTLOADERS,
     _read,
     default_path,
@@ -255,14 +255,14 @@ from ansible.module_utils.edge_bootfile import (  # noqa: E402
     plan_files,
     plan_managed,
 )
-from ansible.module_utils.edge_cmdline import (  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import (  # noqa: E402
     args_satisfied,
     extlinux_fallback_label,
     pending_changes,
     split_cmdline,
     validate_args,
 )
-from ansible.module_utils.edge_fileio import atomic_write  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write  # noqa: E402
 
 
 class ModuleFailure(Exception):

@@ -18,7 +18,7 @@ import os
 import re
 
 try:
-    from ansible.module_utils.edge_cpulist import format_cpulist, parse_cpulist, parse_cpumask
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist, parse_cpumask
 except ImportError:  # the boot-time command without Ansible: edge_cpulist.py beside this file
     from edge_cpulist import format_cpulist, parse_cpulist, parse_cpumask
 

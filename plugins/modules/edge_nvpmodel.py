@@ -137,8 +137,8 @@ valid_modes:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.edge_fileio import atomic_write, read_text  # noqa: E402
-from ansible.module_utils.edge_nvpmodel import (  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write, read_text  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_nvpmodel import (  # noqa: E402
     DEFAULT_CONF,
     DEFAULT_STATUS_FILE,
     REBOOT_REQUIRED_TEXT,

@@ -102,7 +102,7 @@ import os  # noqa: E402
 import re  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.edge_cpulist import format_cpulist, parse_cpulist  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist  # noqa: E402
 
 NODE_DIR = "sys/devices/system/node"
 PCI_DIR = "sys/bus/pci/devices"

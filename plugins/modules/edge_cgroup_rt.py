@@ -146,7 +146,7 @@ from fractions import Fraction  # noqa: E402
 
 try:
     from ansible.module_utils.basic import AnsibleModule
-    from ansible.module_utils.edge_fileio import atomic_write
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write
 except ImportError:
     # The boot-time CLI needs nothing but the standard library.
     if "--apply-state" not in sys.argv:

@@ -12,7 +12,7 @@ CONFIG_SCHED_DEBUG.
 import os
 import re
 
-from ansible.module_utils.edge_cpulist import format_cpulist, parse_cpulist
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist
 
 POLICIES = {0: "other", 1: "fifo", 2: "rr", 3: "batch", 5: "idle", 6: "deadline"}
 

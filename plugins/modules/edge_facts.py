@@ -75,7 +75,7 @@ import os
 import platform
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.edge_board import (
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_board import (
     bsp_release, cgroup_mode, cpu_topology, detect_bootloader, device_tree, devfreq_nodes,
     kernel_config, kernel_features, l4t_release, memory_kb, read, soc_family, systemd_version)
 

@@ -169,10 +169,10 @@ import time  # noqa: E402
 
 try:
     from ansible.module_utils.basic import AnsibleModule
-    from ansible.module_utils import edge_pcie as pcie
+    from ansible_collections.edgetune.fleet.plugins.module_utils import edge_pcie as pcie
 except ImportError:
     # Boot-time CLI on a board without Ansible: load the helper shipped next to
-    # this file (module_utils/edge_pcie.py beside it, or the repository layout).
+    # this file (module_utils/edge_pcie.py beside it on the device, or ../module_utils in the collection).
     if "--apply-state" not in sys.argv:
         raise
     import importlib.util

@@ -99,8 +99,8 @@ kernel_cpus:
 import re  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.edge_cpulist import format_cpulist, parse_cpulist  # noqa: E402
-from ansible.module_utils.edge_sched import explain_rt_refusal, port_holders, rt_budget_chain  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import explain_rt_refusal, port_holders, rt_budget_chain  # noqa: E402
 
 SYSTEMD_EXIT = {214: "SETSCHEDULER", 215: "CPUAFFINITY"}
 

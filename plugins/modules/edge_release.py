@@ -186,7 +186,7 @@ import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.edge_artifact import (  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact import (  # noqa: E402
     NAME_RE,
     ArtifactError,
     compatibility_problems,
@@ -197,7 +197,7 @@ from ansible.module_utils.edge_artifact import (  # noqa: E402
     sha256_file,
     unpack,
 )
-from ansible.module_utils.edge_fileio import fsync_directory  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import fsync_directory  # noqa: E402
 
 RELEASE_FILE = "release.json"
 MIB = 1024 * 1024

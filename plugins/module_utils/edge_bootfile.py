@@ -8,8 +8,8 @@ import glob
 import os
 from collections import namedtuple
 
-from ansible.module_utils.edge_board import detect_bootloader as board_bootloader
-from ansible.module_utils.edge_cmdline import (
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_board import detect_bootloader as board_bootloader
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import (
     parse_record,
     plan_armbian,
     plan_extlinux,
@@ -19,7 +19,7 @@ from ansible.module_utils.edge_cmdline import (
     reconcile_record,
     render_record,
 )
-from ansible.module_utils.edge_fileio import read_text
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import read_text
 
 BOOTLOADERS = ("extlinux", "armbian", "uboot_menu", "grub")
 EXTLINUX_PATH = "/boot/extlinux/extlinux.conf"

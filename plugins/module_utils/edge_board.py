@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 
-from ansible.module_utils.edge_cpulist import parse_cpulist
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import parse_cpulist
 
 # Kernel options the roles depend on, by the feature name the roles use.
 KERNEL_FEATURES = {

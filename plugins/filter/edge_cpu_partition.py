@@ -1,13 +1,10 @@
 """CPU partitioning filters: housekeeping vs inference CPUs (controller side).
 
-The CPU-list code is the modules' own (module_utils/edge_cpulist.py), loaded
-by path: Ansible does not put custom module_utils on the controller's import
-path for filter plugins.
+The CPU-list code is the modules' own (plugins/module_utils/edge_cpulist.py).
 """
-import importlib.util
-import os
-
 from ansible.errors import AnsibleFilterError
+
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_cpulist as cpulist
 
 DOCUMENTATION = r"""
 name: edge_cpu_partition
@@ -27,18 +24,6 @@ options:
   housekeeping: {description: C(auto) (all CPUs not isolated) or a CPU list, type: str, required: true}
   allow_cpu0: {description: Allow cpu0 in the inference set, type: bool, default: false}
 """
-
-
-def _load_cpulist():
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(here, "..", "..", "module_utils", "edge_cpulist.py")
-    spec = importlib.util.spec_from_file_location("edge_cpulist", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-cpulist = _load_cpulist()
 
 
 def _parse(value, what):

@@ -20,7 +20,7 @@ Check kinds:
              sha1 of the content the role renders.  Keys: path, sha1.
 ``irq_affinity``  interrupt steering (role edge_cpu), running only, classified by
              the same code the edge_irq_affinity module moves interrupts with
-             (module_utils/edge_irq.py).  Keys: cpus (the housekeeping CPUs),
+             (plugins/module_utils/edge_irq.py).  Keys: cpus (the housekeeping CPUs),
              target (``irqs``, ``default_affinity`` or ``workqueue``), and for
              irqs keep_subsets, unmovable_names, state_file (the module's record
              of the interrupts the kernel refused to move), inference (CPU list,
@@ -35,12 +35,12 @@ setting waiting for its reboot, not drift), unsupported, error.
 import hashlib
 import os
 
-from ansible.module_utils.edge_bootfile import plan_files, plan_managed
-from ansible.module_utils.edge_cmdline import pending_changes, split_cmdline, token_key
-from ansible.module_utils.edge_cpulist import format_cpulist, parse_cpulist, parse_cpumask
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_bootfile import plan_files, plan_managed
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import pending_changes, split_cmdline, token_key
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist, parse_cpumask
 
 try:
-    from ansible.module_utils.edge_irq import (DEFAULT_AFFINITY, WORKQUEUE_MASK, IrqError, classify, compile_patterns,
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_irq import (DEFAULT_AFFINITY, WORKQUEUE_MASK, IrqError, classify, compile_patterns,
                                                known_refusals, mask_target, read_interrupts, read_irqs, read_state,
                                                validate_cpus)
 except ImportError:  # an on-device install without edge_irq.py: only the irq_affinity checks fail
