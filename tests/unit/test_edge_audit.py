@@ -165,7 +165,8 @@ def test_on_device_command_writes_the_textfile_and_exits_1_on_drift(tmp_path):
     # What role edge_audit_timer installs, read from the role itself.
     role_vars = yaml.safe_load((repo / "roles/edge_audit_timer/vars/main.yml").read_text())
     for item in role_vars["__edge_audit_timer_files"]:
-        dest = install / item["dest"].replace("{{ __edge_audit_timer_utils_dir }}", role_vars["__edge_audit_timer_utils_dir"])
+        utils_dir = role_vars["__edge_audit_timer_utils_dir"]
+        dest = install / item["dest"].replace("{{ __edge_audit_timer_utils_dir }}", utils_dir)
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(repo / item["src"], dest)
     irq_device(root)

@@ -352,7 +352,8 @@ def test_cli_gives_the_budget_again_after_a_reboot(tmp_path, python):
     root = make_tree(tmp_path / "boot", DEVICE)
     state = tmp_path / "rt-budget.json"
     state.write_text(rt.state_document("ai-infer.slice", 800000))
-    command = [python, str(REPO / "plugins/modules/edge_cgroup_rt.py"), "--apply-state", str(state), "--root", str(root)]
+    command = [python, str(REPO / "plugins/modules/edge_cgroup_rt.py"),
+               "--apply-state", str(state), "--root", str(root)]
     done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                           env=dict(os.environ, PYTHONPATH=""))
     assert done.returncode == 0, done.stderr

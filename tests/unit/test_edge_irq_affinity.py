@@ -518,7 +518,8 @@ def test_cli_reapplies_after_reboot_with_really_refusing_files(rk, tmp_path, cap
                 pass
         pytest.skip("this filesystem or user cannot set the immutable flag")
     try:
-        command = [python, str(REPO / "plugins/modules/edge_irq_affinity.py"), "--apply-state", str(state), "--root", str(rk)]
+        command = [python, str(REPO / "plugins/modules/edge_irq_affinity.py"),
+                   "--apply-state", str(state), "--root", str(rk)]
         done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                               env=dict(os.environ, PYTHONPATH=""))
         assert done.returncode == 0, done.stderr

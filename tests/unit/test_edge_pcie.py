@@ -805,7 +805,8 @@ def test_cli_reapplies_the_state_file_after_reboot(tmp_path, python):
         struct.pack_into("<H", data, 0x16E, 0)
         Path(config).write_bytes(bytes(data))
     state = state_file(tmp_path, [dict(NVME_TC1, timeout=0.5)])
-    command = [python, str(REPO / "plugins/modules/edge_pcie_vc.py"), "--apply-state", str(state), "--sysfs-root", str(root)]
+    command = [python, str(REPO / "plugins/modules/edge_pcie_vc.py"),
+               "--apply-state", str(state), "--sysfs-root", str(root)]
     done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                           env=dict(os.environ, PYTHONPATH=""))
     assert (done.returncode, done.stderr) == (0, "")

@@ -30,7 +30,9 @@ except ImportError:  # piped onto a device after plugins/module_utils/edge_laten
         pass
 else:
     # The deploy gate's load generator and percentiles: one implementation.
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_latency import percentile, run_load, summarize
+    # summarize is for tools/bench-runtime (bench.summarize).
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_latency import (  # noqa: F401
+        percentile, run_load, summarize)
 
 
 def parse_url(url):

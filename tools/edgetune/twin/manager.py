@@ -96,7 +96,8 @@ def apt_install(*packages):
     """Install Debian packages; the caller makes sure no other install runs beside it."""
     update = run(["apt-get", "update", "-qq"])
     if update.returncode != 0:
-        raise TwinError("apt-get update failed: %s" % (update.stderr.strip()[-300:] or "check the machine's apt sources"))
+        reason = update.stderr.strip()[-300:] or "check the machine's apt sources"
+        raise TwinError("apt-get update failed: %s" % reason)
     result = run(["apt-get", "install", "-y", "-qq", *packages],
                  env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
     if result.returncode != 0:
