@@ -65,10 +65,10 @@ def clean_env(home):
     return env
 
 
-def run(argv, cwd, env):
-    result = subprocess.run(argv, cwd=str(cwd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+def run(argv, cwd, env, stderr=subprocess.STDOUT):
+    result = subprocess.run(argv, cwd=str(cwd), env=env, stdout=subprocess.PIPE, stderr=stderr,
                             text=True, check=False)
-    return result.returncode, result.stdout
+    return result.returncode, result.stdout if stderr == subprocess.STDOUT else (result.stdout, result.stderr)
 
 
 def recap(output):
@@ -128,12 +128,26 @@ def test_installed_collection_is_the_only_edgetune_and_renders_its_docs(consumer
     assert code == 0, out
     found = json.loads(out[out.index("{"):])
     assert list(found) == [str(consumer["installed"] / "ansible_collections")], found
-    for kind, name in (("module", "edge_kernel_cmdline"), ("role", "edge_bootargs"), ("lookup", "collection_file"),
-                       ("filter", "edge_cpu_partition")):
-        code, out = run([str(BIN / "ansible-doc"), "-t", kind, "--json", "edgetune.fleet." + name],
-                        consumer["home"], consumer["env"])
-        assert code == 0, out
-        assert json.loads(out)["edgetune.fleet." + name], out
+    # Every module and role the tarball holds renders under its FQCN from the installed copy.
+    modules = sorted(name[:-3] for name in os.listdir(consumer["installed"] / "ansible_collections/edgetune/fleet"
+                                                      / "plugins/modules") if name.endswith(".py"))
+    roles = sorted(os.listdir(consumer["installed"] / "ansible_collections/edgetune/fleet/roles"))
+    assert len(modules) >= 14 and len(roles) >= 9
+    for kind, names in (("module", modules), ("role", roles), ("lookup", ["collection_file"]),
+                        ("filter", ["edge_cpu_partition", "edge_board_profile", "edge_cgroups_plan"])):
+        code, (out, err) = run([str(BIN / "ansible-doc"), "-t", kind, "--json"]
+                               + ["edgetune.fleet." + n for n in names], consumer["home"], consumer["env"],
+                               stderr=subprocess.PIPE)
+        assert code == 0 and not err.strip(), err
+        docs = json.loads(out)
+        assert sorted(docs) == sorted("edgetune.fleet." + n for n in names), out[:2000]
+        for name, doc in docs.items():
+            if kind == "role":
+                assert doc["entry_points"]["main"]["options"], name
+            else:
+                assert doc["doc"]["short_description"], name
+            if kind == "module":
+                assert doc["examples"].strip() and doc["return"], name
 
 
 def test_consumer_playbook_converges_a_twin_then_check_mode_changes_nothing(consumer, twin):
