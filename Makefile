@@ -58,7 +58,11 @@ images: venv
 vm-image: venv
 	edgetune vm build
 
-lint: venv
+# ansible-test sanity (Python 3.8 and 3.11) on a fresh copy of the collection.
+sanity: venv
+	tools/sanity
+
+lint: venv sanity
 	yamllint --strict .
 	ansible-lint -q
 	ruff check .

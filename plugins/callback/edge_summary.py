@@ -1,12 +1,10 @@
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Callback edge_summary: one line per host at the end of a run.
 
 Board, release, the tasks that changed something, reboots, and the wall time
 of the run: what a person wants to see after `ansible-playbook site.yml`.
 """
-import os
-import time
-
-from ansible.plugins.callback import CallbackBase
 
 DOCUMENTATION = r"""
 name: edge_summary
@@ -15,9 +13,21 @@ short_description: Fleet summary (board, release, changes) at the end of a run
 description:
   - Prints, per host, the board profile, the L4T or BSP release, the changed tasks and
     whether the host failed or was unreachable, then the wall time of the run.
+author:
+  - edgetune contributors (!UNKNOWN)
+version_added: "0.1.0"
 requirements:
-  - enable in ansible.cfg (callbacks_enabled = edge_summary)
+  - Enabled in C(ansible.cfg) (C(callbacks_enabled = edgetune.fleet.edge_summary)) or with
+    E(ANSIBLE_CALLBACKS_ENABLED).
+notes:
+  - Set E(EDGETUNE_NO_SUMMARY) to leave the summary out (machine-readable runs such as C(edgetune audit)).
+  - Hosts without a board profile that ran without failing (such as C(localhost)) are left out.
 """
+
+import os  # noqa: E402
+import time  # noqa: E402
+
+from ansible.plugins.callback import CallbackBase  # noqa: E402
 
 
 class CallbackModule(CallbackBase):

@@ -1,3 +1,5 @@
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters that match a board to its curated profile (runs on the controller)."""
 
 DOCUMENTATION = r"""
@@ -8,10 +10,34 @@ description:
     compatible strings, trying the device's strings most specific first; null when none matches.
   - Fields that differ by L4T release (mappings keyed by the major release) are resolved
     for the device's release.
+version_added: "0.1.0"
+author:
+  - edgetune contributors (!UNKNOWN)
 positional: _input, facts
 options:
-  _input: {description: List of profiles (the data files), type: list, required: true}
-  facts: {description: The C(edge) fact tree from edge_facts, type: dict, required: true}
+  _input:
+    description: The board profiles (the role edge_facts' data files), each with a C(match) list of compatible strings.
+    type: list
+    elements: dict
+    required: true
+  facts:
+    description: The C(edge) fact tree from the edge_facts module.
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Pick the profile of this board
+  ansible.builtin.set_fact:
+    edge_facts_profile: "{{ profiles | edgetune.fleet.edge_board_profile(ansible_facts.edge) }}"
+"""
+
+RETURN = r"""
+_value:
+  description:
+    - The first matching profile with C(devfreq) and C(cgroup_default) resolved for the device's L4T
+      release and C(matched) set to the compatible string that matched; null when no profile matches.
+  type: dict
 """
 
 

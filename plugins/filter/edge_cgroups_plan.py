@@ -1,3 +1,5 @@
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Validation of the inference slice's settings (controller side, role edge_cgroups).
 
 One filter, ``edge_cgroups_plan``, checks every setting against the board
@@ -15,6 +17,9 @@ description:
   - Takes the role's settings and the board's numbers; returns the values for the slice unit.
   - Fails with one message listing every problem (a quota above what the slice's CPUs can give,
     a memory limit above the RAM, an RT budget not below the kernel's, ...).
+version_added: "0.1.0"
+author:
+  - edgetune contributors (!UNKNOWN)
 positional: _input
 options:
   _input:
@@ -24,6 +29,24 @@ options:
       ram_bytes, probe_priority.
     type: dict
     required: true
+"""
+
+EXAMPLES = r"""
+- name: Check the slice settings against the board
+  ansible.builtin.set_fact:
+    plan: >-
+      {{ {'slice': 'ai-infer.slice', 'cpus': [4, 5, 6, 7], 'cpulist': '4-7', 'cpu_weight': 1000,
+          'cpu_quota': 'auto', 'memory_max': '75%', 'memory_high': '', 'io_weight': 1000,
+          'rt_runtime_us': 0, 'rt_global': 950000, 'ram_bytes': 16777216000,
+          'probe_priority': 40} | edgetune.fleet.edge_cgroups_plan }}
+"""
+
+RETURN = r"""
+_value:
+  description:
+    - C(cpu_quota) (V(auto) resolved to 100% per CPU of the slice, or empty), C(memory_max) and
+      C(memory_high) as given, and C(memory_max_bytes) and C(memory_high_bytes) (null for no limit).
+  type: dict
 """
 
 _SLICE = re.compile(r"^[A-Za-z0-9:_.]+(-[A-Za-z0-9:_.]+)*\.slice$")
@@ -94,7 +117,7 @@ def edge_cgroups_plan(settings):
             continue
         if limits[key] is not None and ram and limits[key] > ram:
             errors.append("edge_cgroups_%s %s (%s) is more than the RAM (%s)" % (key, value, _human(limits[key]),
-                                                                               _human(ram)))
+                                                                                 _human(ram)))
         if limits[key] is not None and limits[key] < 16 * _UNITS["M"]:
             errors.append("edge_cgroups_%s %s is below 16 MiB: nothing would run in the slice" % (key, value))
     if limits.get("memory_max") is not None and limits.get("memory_high") is not None \

@@ -1,3 +1,5 @@
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """CPU partitioning filters: housekeeping vs inference CPUs (controller side).
 
 The CPU-list code is the modules' own (plugins/module_utils/edge_cpulist.py).
@@ -16,13 +18,46 @@ description:
   - Fails with one clear message on CPUs that do not exist, an empty or
     overlapping housekeeping set, offline housekeeping CPUs, or cpu0 isolated without C(allow_cpu0).
   - Isolated CPUs may be offline (they are isolated when they come online); they are listed in C(offline_inference).
+version_added: "0.1.0"
+author:
+  - edgetune contributors (!UNKNOWN)
 positional: _input, profile, isolate, housekeeping, allow_cpu0
 options:
-  _input: {description: The C(edge) fact tree (edge_facts), type: dict, required: true}
-  profile: {description: The matched board profile, type: dict, required: true}
-  isolate: {description: C(auto), C(none) or a CPU list such as C(4-7), type: str, required: true}
-  housekeeping: {description: C(auto) (all CPUs not isolated) or a CPU list, type: str, required: true}
-  allow_cpu0: {description: Allow cpu0 in the inference set, type: bool, default: false}
+  _input:
+    description: The C(edge) fact tree (edge_facts).
+    type: dict
+    required: true
+  profile:
+    description: The matched board profile.
+    type: dict
+    required: true
+  isolate:
+    description: V(auto), V(none) or a CPU list such as V(4-7).
+    type: str
+    required: true
+  housekeeping:
+    description: V(auto) (every online CPU not isolated) or a CPU list.
+    type: str
+    required: true
+  allow_cpu0:
+    description: Allow cpu0 in the inference set.
+    type: bool
+    default: false
+"""
+
+EXAMPLES = r"""
+- name: Split the CPUs into inference and housekeeping sets
+  ansible.builtin.set_fact:
+    cpus: "{{ ansible_facts.edge | edgetune.fleet.edge_cpu_partition(edge_facts_profile, 'auto', 'auto') }}"
+"""
+
+RETURN = r"""
+_value:
+  description:
+    - C(inference) and C(housekeeping) (lists of CPU numbers), the same as kernel CPU lists
+      (C(inference_list), C(housekeeping_list)), and C(offline_inference), the inference CPUs
+      that are offline now.
+  type: dict
 """
 
 

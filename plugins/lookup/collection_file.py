@@ -1,12 +1,10 @@
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Paths of files shipped in this collection (device-side programs, eBPF sources, data)."""
-import os
-
-from ansible.errors import AnsibleLookupError
-from ansible.plugins.lookup import LookupBase
-
 DOCUMENTATION = r"""
 name: collection_file
-author: edgetune
+author:
+  - edgetune contributors (!UNKNOWN)
 version_added: "0.2.0"
 short_description: Absolute paths of files shipped in the edgetune.fleet collection
 description:
@@ -44,6 +42,11 @@ _raw:
   type: list
   elements: path
 """
+
+import os  # noqa: E402
+
+from ansible.errors import AnsibleLookupError  # noqa: E402
+from ansible.plugins.lookup import LookupBase  # noqa: E402
 
 # plugins/lookup/collection_file.py -> the collection's root, two levels up.
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

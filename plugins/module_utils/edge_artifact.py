@@ -324,8 +324,8 @@ def _trt_fits(engine_version, have, version_compatible):
 def _tensorrt_problems(what, trt, l4t, installed, table):
     version = str(trt.get("version"))
     compatible = bool(trt.get("version_compatible"))
-    rule = ("TensorRT %s.x, %s or later (version-compatible plan)" % (major_minor(version).split(".")[0],
-                                                                       major_minor(version))
+    rule = ("TensorRT %s.x, %s or later (version-compatible plan)" % (major_minor(version).split(".", 1)[0],
+                                                                      major_minor(version))
             if compatible else "TensorRT %s (a plan loads only on the TensorRT release that built it)"
             % major_minor(version))
     if not l4t:

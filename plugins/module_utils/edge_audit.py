@@ -1,3 +1,5 @@
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Drift audit: compare the desired state with what the device persists and runs.
 
 The desired state is rendered on the controller by the same role logic that
@@ -36,13 +38,15 @@ import hashlib
 import os
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_bootfile import plan_files, plan_managed
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import pending_changes, split_cmdline, token_key
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist, parse_cpumask
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import (
+    pending_changes, split_cmdline, token_key)
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import (
+    format_cpulist, parse_cpulist, parse_cpumask)
 
 try:
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_irq import (DEFAULT_AFFINITY, WORKQUEUE_MASK, IrqError, classify, compile_patterns,
-                                               known_refusals, mask_target, read_interrupts, read_irqs, read_state,
-                                               validate_cpus)
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_irq import (
+        DEFAULT_AFFINITY, WORKQUEUE_MASK, IrqError, classify, compile_patterns, known_refusals, mask_target,
+        read_interrupts, read_irqs, read_state, validate_cpus)
 except ImportError:  # an on-device install without edge_irq.py: only the irq_affinity checks fail
     classify = None
 

@@ -1,3 +1,5 @@
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What the board is, read from the device itself (Python 3.8+, stdlib only).
 
 Every reader takes ``root`` (default ``/``) so unit tests run on fixture
@@ -58,7 +60,7 @@ def device_tree(root="/"):
 def soc_family(compatible):
     """The SoC from the least specific compatible string, e.g. tegra234, rk3588."""
     for entry in reversed(compatible):
-        vendor, _, chip = entry.partition(",")
+        vendor, _sep, chip = entry.partition(",")
         if vendor in ("nvidia", "rockchip") and re.match(r"^(tegra\d+|rk\d+\w*)$", chip):
             return chip
     return None
@@ -151,7 +153,7 @@ def cgroup_mode(root="/"):
     """unified (v2), hybrid (v1 + v2 at /sys/fs/cgroup/unified) or legacy (v1)."""
     mounts = {}
     for line in (read(root, "/proc/self/mountinfo") or "").splitlines():
-        left, _, right = line.partition(" - ")
+        left, _sep, right = line.partition(" - ")
         fields = left.split()
         if len(fields) >= 5 and right:
             mounts[fields[4]] = right.split()[0]
@@ -196,7 +198,9 @@ def detect_bootloader(root="/", which=shutil.which):
     """The boot configuration this board really uses, in the order of the
     HARDWARE notes (Jetson first, then Armbian, u-boot-menu, GRUB, plain
     extlinux).  Returns (name, path) or (None, list of what was looked for)."""
-    exists = lambda name: os.path.exists(path(root, name))  # noqa: E731
+    def exists(name):
+        return os.path.exists(path(root, name))
+
     if exists("/etc/nv_tegra_release") and exists("/boot/extlinux/extlinux.conf"):
         return "extlinux", "/boot/extlinux/extlinux.conf"
     if exists("/boot/armbianEnv.txt"):
@@ -221,6 +225,6 @@ def memory_kb(root="/"):
 
 
 def systemd_version(run_command):
-    rc, out, _ = run_command(["systemctl", "--version"])
+    rc, out, _err = run_command(["systemctl", "--version"])
     match = re.match(r"systemd (\d+)", out or "")
     return int(match.group(1)) if rc == 0 and match else None

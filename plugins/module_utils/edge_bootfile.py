@@ -1,3 +1,5 @@
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The boot file of each bootloader: where it is, and what an edit would do.
 
 Shared by the edge_kernel_cmdline module (which writes the plan) and the

@@ -1,3 +1,5 @@
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """CPU list helpers in the kernel's formats (Python 3.8+, stdlib only).
 
 The kernel prints CPU sets as lists (``0-3,6``) in most sysfs and procfs files
@@ -22,7 +24,7 @@ def parse_cpulist(text):
         part = part.strip()
         try:
             if "-" in part:
-                span, _, step = part.partition(":")
+                span, _sep, step = part.partition(":")
                 first, last = (int(x) for x in span.split("-", 1))
                 stride = int(step) if step else 1
                 if first > last or stride < 1 or first < 0:

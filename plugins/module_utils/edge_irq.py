@@ -1,3 +1,5 @@
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Which interrupts may move, and where they should be: shared by the edge_irq_affinity
 module (which moves them), its boot-time command, and the drift audit (which only reads).
 
@@ -18,7 +20,8 @@ import os
 import re
 
 try:
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist, parse_cpumask
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import (
+        format_cpulist, parse_cpulist, parse_cpumask)
 except ImportError:  # the boot-time command without Ansible: edge_cpulist.py beside this file
     from edge_cpulist import format_cpulist, parse_cpulist, parse_cpumask
 

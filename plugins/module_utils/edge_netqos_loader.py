@@ -1,4 +1,5 @@
-#!/usr/bin/python3
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """edgetune-netqos: put inference traffic into a high-priority HTB class with an eBPF classifier.
 
 Runs on the device with the system Python (3.8+) and the distribution's
@@ -334,7 +335,7 @@ class BpfSys(object):
 
     def fd_by_id(self, kind, obj_id):
         cmd = self.PROG_GET_FD_BY_ID if kind == "prog" else self.MAP_GET_FD_BY_ID
-        fd, _ = self.call(cmd, struct.pack("=III", obj_id, 0, 0))
+        fd, _buf = self.call(cmd, struct.pack("=III", obj_id, 0, 0))
         return fd
 
     def _info(self, fd, size, prefill=b""):
@@ -380,7 +381,7 @@ class BpfSys(object):
 
     def keys(self, fd, key_size, limit=1024):
         result, key = [], None
-        for _ in range(limit):
+        for _attempt in range(limit):
             nxt = ctypes.create_string_buffer(key_size)
             try:
                 self._elem(self.MAP_GET_NEXT_KEY, fd, key, nxt)
@@ -446,7 +447,7 @@ def read_prog_maps(bpfsys, prog_id):
                 cgroup = {"id": cg_id, "level": level, "classid": classid}
         return {"ports": ports, "cgroup": cgroup}
     finally:
-        for fd, _ in maps.values():
+        for fd, _info in maps.values():
             os.close(fd)
 
 
@@ -479,7 +480,7 @@ def cgroup2_mount(mountinfo="/proc/self/mountinfo"):
         return None
     found = []
     for line in lines:
-        left, _, right = line.partition(" - ")
+        left, _sep, right = line.partition(" - ")
         if right.split(" ", 1)[0] == "cgroup2":
             found.append(left.split()[4].replace("\\040", " "))
     for preferred in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
@@ -528,7 +529,7 @@ def find_cgroup_path(cg_id, level):
     if mount is None or level < 1:
         return None
     frontier = [""]
-    for _ in range(level):
+    for _level in range(level):
         nxt = []
         for rel in frontier:
             try:
@@ -889,7 +890,7 @@ def apply_interface(settings, source=None, replace_root=False):
     if plan["root"] == "foreign" and not replace_root:
         raise NetQosError("%s has root qdisc %s %s that edgetune did not make; nothing changed "
                           "(pass --replace-root to replace it)" % (ifname, live["root"]["kind"],
-                                                                    format_handle(live["root"]["handle"])))
+                                                                   format_handle(live["root"]["handle"])))
     program = None
     if plan["filter"] == "replace":
         program = Program(source_path, source_text, desired["cflags"])
@@ -950,7 +951,7 @@ def apply_interface(settings, source=None, replace_root=False):
             try:
                 write_prog_maps(bpfsys, maps, desired)
             finally:
-                for fd, _ in maps.values():
+                for fd, _info in maps.values():
                     os.close(fd)
             report["actions"].append("maps of program %s updated: ports %s, cgroup %s" % (
                 current["prog_id"], _ports_text(desired["ports"]), _cgroup_text(desired["cgroup"])))
@@ -1058,25 +1059,30 @@ def status_interface(ifname):
             "classes": classes}
 
 
+def _echo(text, stream=None):
+    """One line of the command's output, on stdout unless ``stream`` is given."""
+    (stream or sys.stdout).write(text + "\n")
+
+
 def print_status(report):
     root = report["root"]
-    print("%s: root %s%s, clsact %s" % (
+    _echo("%s: root %s%s, clsact %s" % (
         report["interface"], "%s %s" % (root["kind"], root["handle"]) if root else "none",
         (" default %s" % root["default"]) if root and root.get("default") is not None else "",
         "yes" if report["clsact"] else "no"))
     prog = report["program"]
     if prog:
-        print("  program id %s tag %s (%s) on clsact egress pref %s%s, %s" % (
+        _echo("  program id %s tag %s (%s) on clsact egress pref %s%s, %s" % (
             prog["id"], prog["tag"], prog["name"], prog["pref"], " direct-action" if prog["direct_action"] else "",
             prog["filter"]))
-        print("  ports: %s" % (" ".join("%s->%s" % kv for kv in report["ports"].items()) or "none"))
+        _echo("  ports: %s" % (" ".join("%s->%s" % kv for kv in report["ports"].items()) or "none"))
         cg = report["cgroup"]
-        print("  cgroup: %s" % ("%s (id %d, level %d) -> %s" % (cg.get("path") or "?", cg["id"], cg["level"],
+        _echo("  cgroup: %s" % ("%s (id %d, level %d) -> %s" % (cg.get("path") or "?", cg["id"], cg["level"],
                                                                 cg["classid"]) if cg else "off"))
     else:
-        print("  no edgetune classifier attached")
+        _echo("  no edgetune classifier attached")
     for cls in report["classes"]:
-        print("  class %-6s parent %-5s rate %-10s ceil %-10s prio %s  %12d bytes %9d packets %6d dropped" % (
+        _echo("  class %-6s parent %-5s rate %-10s ceil %-10s prio %s  %12d bytes %9d packets %6d dropped" % (
             cls["class"], cls["parent"], format_rate(cls["rate"] or 0), format_rate(cls["ceil"] or 0), cls["prio"],
             cls["bytes"], cls["packets"], cls["drops"]))
 
@@ -1112,13 +1118,13 @@ def cmd_apply(args):
         ipr.close()
     reports = [apply_interface(s, args.source, args.replace_root) for s in all_settings]
     if args.json:
-        print(json.dumps({"changed": any(r["changed"] for r in reports), "interfaces": reports}, indent=2))
+        _echo(json.dumps({"changed": any(r["changed"] for r in reports), "interfaces": reports}, indent=2))
     else:
         for rep in reports:
             if not rep["changed"]:
-                print("%s: already in the desired state" % rep["interface"])
+                _echo("%s: already in the desired state" % rep["interface"])
             for action in rep["actions"]:
-                print("%s: %s" % (rep["interface"], action))
+                _echo("%s: %s" % (rep["interface"], action))
     return 0
 
 
@@ -1156,12 +1162,12 @@ def cmd_check(args):
                                           "program": _program_summary(live)}
     in_sync = all(r["in_sync"] for r in results.values())
     if args.json:
-        print(json.dumps({"in_sync": in_sync, "interfaces": results}, indent=2))
+        _echo(json.dumps({"in_sync": in_sync, "interfaces": results}, indent=2))
     else:
         for name, res in results.items():
-            print("%s: %s" % (name, "in sync" if res["in_sync"] else "differs"))
+            _echo("%s: %s" % (name, "in sync" if res["in_sync"] else "differs"))
             for line in res["differences"]:
-                print("  " + line)
+                _echo("  " + line)
     return 0 if in_sync else 1
 
 
@@ -1171,10 +1177,10 @@ def cmd_status(args):
         names = discover_interfaces()
     reports = [status_interface(name) for name in names]
     if args.json:
-        print(json.dumps({"interfaces": reports}, indent=2))
+        _echo(json.dumps({"interfaces": reports}, indent=2))
     else:
         if not reports:
-            print("no interface has the edgetune classifier")
+            _echo("no interface has the edgetune classifier")
         for rep in reports:
             print_status(rep)
     return 0
@@ -1207,10 +1213,10 @@ def cmd_detach(args):
         raise NetQosError("no interface: pass --interface or a config with interfaces")
     reports = [detach_interface(name) for name in names]
     if args.json:
-        print(json.dumps({"changed": any(r["changed"] for r in reports), "interfaces": reports}, indent=2))
+        _echo(json.dumps({"changed": any(r["changed"] for r in reports), "interfaces": reports}, indent=2))
     else:
         for rep in reports:
-            print("%s: %s" % (rep["interface"], "; ".join(rep["actions"]) or "nothing of edgetune's to remove"))
+            _echo("%s: %s" % (rep["interface"], "; ".join(rep["actions"]) or "nothing of edgetune's to remove"))
     return 0
 
 
@@ -1264,13 +1270,13 @@ def run(args):
     try:
         return args.func(args)
     except NetQosError as exc:
-        print("edgetune-netqos: error: %s" % exc, file=sys.stderr)
+        _echo("edgetune-netqos: error: %s" % exc, sys.stderr)
         return 2
     except PermissionError as exc:
-        print("edgetune-netqos: error: %s: run as root" % exc, file=sys.stderr)
+        _echo("edgetune-netqos: error: %s: run as root" % exc, sys.stderr)
         return 2
     except Exception as exc:  # one line, not a traceback; nothing after the failing step was done
-        print("edgetune-netqos: error: unexpected %s: %s" % (type(exc).__name__, exc), file=sys.stderr)
+        _echo("edgetune-netqos: error: unexpected %s: %s" % (type(exc).__name__, exc), sys.stderr)
         return 2
 
 
@@ -1280,4 +1286,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

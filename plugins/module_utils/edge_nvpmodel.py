@@ -244,7 +244,7 @@ def parse_status(text):
     """Parse /var/lib/nvpmodel/status (``pmode:0002 fmode:fanNull``)."""
     status = {"pmode": None, "fmode": None}
     for token in text.split():
-        key, _, value = token.partition(":")
+        key, _sep, value = token.partition(":")
         if key == "pmode":
             try:
                 status["pmode"] = int(value)

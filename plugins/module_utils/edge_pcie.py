@@ -213,7 +213,7 @@ def walk_ext_capabilities(data):
             break
         inside = [start for start, end in spans if start <= nxt < end]
         if inside:
-            what = "loops back to" if nxt in [s for s, _ in spans] else "overlaps the capability at"
+            what = "loops back to" if nxt in [s for s, _end in spans] else "overlaps the capability at"
             problems.append("extended capability at 0x%03x %s 0x%03x; list ends there"
                             % (pos, what, inside[0]))
             break

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # -*- coding: utf-8 -*-
 """Ansible module edge_audit, and the on-device drift audit command."""
 
@@ -18,9 +20,11 @@ description:
   - Never writes the device, except the optional Prometheus textfile.
   - Also runs without Ansible, for a systemd timer on devices no controller reaches
     (C(python3 edge_audit.py --checks FILE --prometheus FILE)), with the module_utils it needs
-    installed beside it in the collection's package layout (C(ansible_collections/edgetune/fleet/plugins/module_utils/)).
+    installed beside it in the collection's package layout
+    (C(ansible_collections/edgetune/fleet/plugins/module_utils/)).
 version_added: "0.1.0"
-author: edgetune
+author:
+  - edgetune contributors (!UNKNOWN)
 options:
   checks:
     description:
@@ -51,11 +55,18 @@ options:
     default: localhost
 attributes:
   check_mode:
+    description:
+      - Reads only and evaluates every check as in a real run; the O(prometheus_file) is not written in check mode.
+      - RV(ignore:changed) is always false, in both modes (the textfile is a report, not a managed setting).
     support: full
   diff_mode:
+    description: Changes no setting, so there is no difference to show.
     support: none
   platform:
-    platforms: posix
+    description:
+      - Runs on the board (Linux, Python 3.8 or later); also as a command without Ansible (see the description).
+    support: full
+    platforms: linux
 """
 
 EXAMPLES = r"""
@@ -67,7 +78,7 @@ EXAMPLES = r"""
         kind: cmdline
         bootloader: extlinux
         path: /boot/extlinux/extlinux.conf
-        args: [isolcpus=managed_irq,domain,4-7]
+        args: ["isolcpus=managed_irq,domain,4-7"]
         absent: []
       - setting: IRQ affinity
         role: edge_cpu
@@ -80,22 +91,50 @@ EXAMPLES = r"""
 
 RETURN = r"""
 results:
-  description: One entry per check.
+  description: One entry per check, in the order of O(checks).
   returned: always
   type: list
   elements: dict
   contains:
-    setting: {description: Setting name, type: str}
-    role: {description: Role that manages it, type: str}
-    state: {description: "ok, drifted, pending-reboot, unsupported or error", type: str}
-    detail: {description: What differs, type: str}
-    desired: {description: Desired value, type: raw}
-    persisted: {description: Persisted value where there is one, type: raw}
-    running: {description: Running value where there is one, type: raw}
+    setting:
+      description: The setting's name (the check's C(setting)).
+      returned: always
+      type: str
+      sample: bootargs
+    role:
+      description: The role that manages it (the check's C(role)).
+      returned: always
+      type: str
+      sample: edge_bootargs
+    state:
+      description: V(ok), V(drifted), V(pending-reboot), V(unsupported) or V(error).
+      returned: always
+      type: str
+      sample: pending-reboot
+    detail:
+      description: What differs, or why the setting is in this state, in words.
+      returned: always
+      type: str
+      sample: "in the boot file, not running yet: isolcpus=managed_irq,domain,4-7"
+    desired:
+      description: The desired value (its type depends on the check's C(kind)).
+      returned: always
+      type: raw
+    persisted:
+      description: The persisted value (the boot file's arguments, a file's sha1); null for kinds without one.
+      returned: always
+      type: raw
+    running:
+      description:
+        - The running value (C(/proc/cmdline), the file's content, the interrupts' affinities);
+          null for kinds without one.
+      returned: always
+      type: raw
 summary:
-  description: Count of results per state.
+  description: The number of results in each state.
   returned: always
   type: dict
+  sample: {ok: 12, drifted: 0, pending-reboot: 1, unsupported: 0, error: 0}
 """
 
 import os  # noqa: E402
@@ -126,7 +165,7 @@ def cli(argv):
         return 2
     results, summary = audit(checks, args.root)
     for result in results:
-        print("%-16s %-40s %s" % (result["state"], result["setting"], result["detail"]))
+        sys.stdout.write("%-16s %-40s %s\n" % (result["state"], result["setting"], result["detail"]))
     if args.prometheus:
         atomic_write(args.prometheus, prometheus_text(socket.gethostname(), results), backup=False, mode=0o644)
     return 0 if summary["drifted"] == summary["error"] == 0 else 1
@@ -155,5 +194,5 @@ def main():
 
 if __name__ == "__main__":
     if "--checks" in sys.argv:
-        sys.exit(cli(sys.argv[1:]))
+        raise SystemExit(cli(sys.argv[1:]))
     main()

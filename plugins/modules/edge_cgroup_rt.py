@@ -30,7 +30,7 @@ description:
     cpu controller for it (RV(ready=false), reason given).
 version_added: "0.1.0"
 author:
-  - edgetune contributors
+  - edgetune contributors (!UNKNOWN)
 options:
   slice:
     description: The slice unit, for example V(ai-infer.slice) (its cgroup is C(/ai.slice/ai-infer.slice)).
@@ -70,7 +70,7 @@ attributes:
   platform:
     description: Runs on the board (Linux, Python 3.8 or later).
     support: full
-    platforms: posix
+    platforms: linux
 notes:
   - The slice must be active (its cgroup created) with a cpu setting (C(CPUQuota=), C(CPUWeight=)).
     A service in the slice that sets its own cpu settings gets its own cpu cgroup (budget 0), so
@@ -201,6 +201,11 @@ def slice_cgroup(name):
     return "/" + "/".join("-".join(parts[:i + 1]) + ".slice" for i in range(len(parts)))
 
 
+def _unescape(field):
+    """A mountinfo field with its octal escapes (``\\040`` for a space) decoded."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
 def parse_mountinfo(text):
     """-> list of dicts: point, root (of the mount inside the hierarchy), fstype, options (set)."""
     mounts = []
@@ -211,8 +216,7 @@ def parse_mountinfo(text):
         fields, tail = left.split(), right.split()
         if len(fields) < 5 or len(tail) < 3:
             continue
-        unescape = lambda s: re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), s)  # noqa: E731
-        mounts.append({"point": unescape(fields[4]), "root": unescape(fields[3]), "fstype": tail[0],
+        mounts.append({"point": _unescape(fields[4]), "root": _unescape(fields[3]), "fstype": tail[0],
                        "options": set(tail[2].split(","))})
     return mounts
 
@@ -283,7 +287,7 @@ def plan_v1(mount, sysroot, slice_path, runtime_us):
     missing = [d for d in chain if not os.path.isfile(os.path.join(d, RUNTIME))]
     if missing:
         raise MissingCgroup(["the slice's cpu cgroup %s does not exist: the slice must be active and have a cpu "
-                       "setting (CPUQuota= or CPUWeight=) so that systemd creates it" % missing[0]])
+                             "setting (CPUQuota= or CPUWeight=) so that systemd creates it" % missing[0]])
     budgets = [read_budget(d) for d in chain]
     leaf_period = budgets[-1][1]
     if runtime_us < 0 or runtime_us >= leaf_period:
@@ -507,5 +511,5 @@ def cli(argv):
 
 if __name__ == "__main__":
     if "--apply-state" in sys.argv:
-        sys.exit(cli(sys.argv[1:]))
+        raise SystemExit(cli(sys.argv[1:]))
     main()

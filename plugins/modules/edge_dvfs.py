@@ -30,7 +30,7 @@ description:
     board). Runtime sysfs settings do not survive a reboot by themselves.
 version_added: "0.1.0"
 author:
-  - edgetune contributors
+  - edgetune contributors (!UNKNOWN)
 options:
   cpufreq:
     description: cpufreq policies to manage.
@@ -125,7 +125,7 @@ attributes:
   platform:
     description: Runs on the board (Linux, Python 3.8 or later).
     support: full
-    platforms: posix
+    platforms: linux
 notes:
   - Settings made here last until the next reboot, nvpmodel mode change or C(jetson_clocks) run.
     Use O(state_file) with a unit running C(python3 edge_dvfs.py --apply-state FILE) after
@@ -247,7 +247,7 @@ except ImportError:
             break
     else:
         sys.stderr.write("edge_dvfs: error: module_utils/edge_dvfs.py not found next to %s\n" % _here)
-        sys.exit(1)
+        raise SystemExit(1)
 
 STATE_FORMAT = 1
 CPUFREQ_KEYS = ("policy", "cpus", "governor", "min_freq", "max_freq")
@@ -610,5 +610,5 @@ def cli(argv):
 
 if __name__ == "__main__":
     if "--apply-state" in sys.argv:
-        sys.exit(cli(sys.argv[1:]))
+        raise SystemExit(cli(sys.argv[1:]))
     main()

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # -*- coding: utf-8 -*-
 """Ansible module edge_facts: one fact tree describing an edge AI board."""
 
@@ -19,7 +21,8 @@ description:
   - Publishes them as C(ansible_facts.edge). Reads only; never writes.
   - Matching the board to a curated profile is done by the C(edge_facts) role, on the controller.
 version_added: "0.1.0"
-author: edgetune
+author:
+  - edgetune contributors (!UNKNOWN)
 options:
   root:
     description: Root of the tree to read, for tests on fixture trees.
@@ -27,13 +30,18 @@ options:
     default: /
 attributes:
   check_mode:
+    description: Reads only, so a check mode run gathers the same facts as a real one.
     support: full
   diff_mode:
+    description: Changes nothing, so there is no difference to show.
     support: none
   facts:
+    description: Returns C(ansible_facts.edge).
     support: full
   platform:
-    platforms: posix
+    description: Runs on the board (Linux with sysfs and procfs, Python 3.8 or later).
+    support: full
+    platforms: linux
 """
 
 EXAMPLES = r"""
@@ -52,23 +60,120 @@ ansible_facts:
   type: dict
   contains:
     edge:
-      description: The fact tree.
+      description: The fact tree describing the board.
+      returned: always
       type: dict
       contains:
-        model: {description: Device tree model, type: str}
-        compatible: {description: Device tree compatible strings, most specific first, type: list}
-        soc: {description: SoC family (tegra234, rk3588), type: str}
-        l4t: {description: L4T release (major, revision, version) on Jetson, else null, type: dict}
-        bsp: {description: BSP or distribution release, type: dict}
-        cpu: {description: present/online/isolated CPUs and clusters (policy, cpus, governors, frequencies), type: dict}
-        devfreq: {description: devfreq nodes with governors and frequencies, type: dict}
-        bootloader: {description: bootloader in use and its file, type: dict}
-        cgroup: {description: cgroup mode (unified, hybrid, legacy), type: str}
-        systemd: {description: systemd version, type: int}
-        cmdline: {description: running kernel command line, type: str}
-        kernel: {description: release, config source and features (htb, cls_bpf, bpf_syscall, ...), type: dict}
-        memory_kb: {description: MemTotal, type: int}
-        nvpmodel: {description: whether nvpmodel and its conf are present, type: bool}
+        model:
+          description: The device tree model; null without a device tree.
+          returned: always
+          type: str
+          sample: NVIDIA Jetson Orin NX Engineering Reference Developer Kit
+        compatible:
+          description: The device tree compatible strings, most specific first.
+          returned: always
+          type: list
+          elements: str
+          sample: ["nvidia,p3768-0000+p3767-0000", "nvidia,p3767-0000", "nvidia,tegra234"]
+        devicetree_source:
+          description:
+            - Where the device tree was read (C(/sys/firmware/devicetree/base) or C(/proc/device-tree));
+              null without one.
+          returned: always
+          type: str
+          sample: /sys/firmware/devicetree/base
+        soc:
+          description:
+            - The SoC family from the least specific compatible string (for example V(tegra234), V(rk3588));
+              null when unknown.
+          returned: always
+          type: str
+          sample: tegra234
+        l4t:
+          description:
+            - The L4T release from C(/etc/nv_tegra_release), with C(major), C(revision) and C(version);
+              null on boards without L4T.
+            - When the file does not parse, C(major), C(revision) and C(version) are null and C(raw)
+              holds its first line.
+          returned: always
+          type: dict
+          sample: {major: 36, revision: "4.3", version: "36.4.3"}
+        bsp:
+          description:
+            - The BSP release, C(name), C(version), C(branch), C(family) and C(board), from
+              C(/etc/armbian-release); else the distribution's C(ID) and C(VERSION_ID) from
+              C(/etc/os-release) (the other keys null).
+          returned: always
+          type: dict
+          sample: {name: armbian, version: "24.5.1", branch: vendor, family: rk35xx, board: rock-5b}
+        cpu:
+          description:
+            - The C(present), C(online) and C(isolated) CPUs (lists of CPU numbers) and the cpufreq
+              C(clusters), one per policy, with C(policy), C(cpus), C(governor), C(governors),
+              C(frequencies) (kHz), C(min_freq) and C(max_freq).
+          returned: always
+          type: dict
+          sample:
+            present: [0, 1, 2, 3, 4, 5, 6, 7]
+            online: [0, 1, 2, 3, 4, 5, 6, 7]
+            isolated: []
+            clusters:
+              - {policy: 0, cpus: [0, 1, 2, 3], governor: schedutil, governors: [performance, schedutil],
+                 frequencies: [729600, 1984000], min_freq: 729600, max_freq: 1984000}
+        devfreq:
+          description: The devfreq nodes by name, each with C(governor), C(governors) and C(frequencies) (Hz).
+          returned: always
+          type: dict
+          sample:
+            17000000.gpu:
+              governor: nvhost_podgov
+              governors: [nvhost_podgov, performance]
+              frequencies: [306000000, 918000000]
+        bootloader:
+          description:
+            - The boot configuration in use, C(name) (V(extlinux), V(armbian), V(uboot_menu) or V(grub))
+              and the C(path) of the file edgetune edits; when none is found, C(name) and C(path) are
+              null and C(looked_for) lists what was tried.
+          returned: always
+          type: dict
+          sample: {name: extlinux, path: /boot/extlinux/extlinux.conf, looked_for: null}
+        cgroup:
+          description: The cgroup mode, V(unified) (v2), V(hybrid) or V(legacy) (v1).
+          returned: always
+          type: str
+          sample: unified
+        systemd:
+          description: The systemd version; null when C(systemctl --version) fails.
+          returned: always
+          type: int
+          sample: 249
+        cmdline:
+          description: The running kernel's command line (C(/proc/cmdline)).
+          returned: always
+          type: str
+          sample: root=/dev/nvme0n1p1 rw rootwait isolcpus=4-7
+        kernel:
+          description:
+            - The running kernel's C(release), the C(config_source) its configuration was read from
+              (C(/proc/config.gz) or C(/boot/config-<release>), null when neither is readable) and
+              C(features), the kernel options the roles depend on (V(htb), V(cls_bpf), V(bpf_syscall),
+              V(rt_group_sched), ...), each true, false, or null when the configuration is not readable.
+          returned: always
+          type: dict
+          sample:
+            release: 5.15.148-tegra
+            config_source: /proc/config.gz
+            features: {htb: true, cls_bpf: true, rt_group_sched: false}
+        memory_kb:
+          description: C(MemTotal) from C(/proc/meminfo), in KiB.
+          returned: always
+          type: int
+          sample: 15896536
+        nvpmodel:
+          description: Whether the C(nvpmodel) command and C(/etc/nvpmodel.conf) are both present.
+          returned: always
+          type: bool
+          sample: true
 """
 
 import os

@@ -30,7 +30,7 @@ description:
     (no Ansible needed on the board); IRQ affinity does not survive a reboot by itself.
 version_added: "0.1.0"
 author:
-  - edgetune contributors
+  - edgetune contributors (!UNKNOWN)
 options:
   cpus:
     description: The housekeeping CPUs as a kernel CPU list, for example V(0-3).
@@ -84,7 +84,7 @@ attributes:
   platform:
     description: Runs on the board (Linux, Python 3.8 or later).
     support: full
-    platforms: posix
+    platforms: linux
 notes:
   - The kernel argument C(irqaffinity=) (role edge_bootargs) sets the default affinity at boot;
     this module moves what drivers registered anyway and keeps the setting at run time.
@@ -183,18 +183,25 @@ except ImportError:
     else:
         sys.stderr.write("edge_irq_affinity: error: module_utils/edge_cpulist.py and edge_irq.py not found next to %s\n"
                          % _here)
-        sys.exit(1)
+        raise SystemExit(1)
 
 # The reading and the classification of interrupts are shared with the drift
 # audit (plugins/module_utils/edge_irq.py); this module adds the writes.
 STATE_FORMAT = edge_irq.STATE_FORMAT
-IRQ_DIR, INTERRUPTS, CPU_ONLINE, WORKQUEUE_MASK = (edge_irq.IRQ_DIR, edge_irq.INTERRUPTS, edge_irq.CPU_ONLINE,
-                                                   edge_irq.WORKQUEUE_MASK)
+IRQ_DIR = edge_irq.IRQ_DIR
+INTERRUPTS = edge_irq.INTERRUPTS
+CPU_ONLINE = edge_irq.CPU_ONLINE
+WORKQUEUE_MASK = edge_irq.WORKQUEUE_MASK
 REFUSALS = edge_irq.REFUSALS
 IrqError = edge_irq.IrqError
-under, read_value = edge_irq.under, edge_irq.read_value
-parse_interrupts, read_irqs, hint = edge_irq.parse_interrupts, edge_irq.read_irqs, edge_irq.hint
-validate_cpus, read_state, known_refusals = edge_irq.validate_cpus, edge_irq.read_state, edge_irq.known_refusals
+under = edge_irq.under
+read_value = edge_irq.read_value
+parse_interrupts = edge_irq.parse_interrupts
+read_irqs = edge_irq.read_irqs
+hint = edge_irq.hint
+validate_cpus = edge_irq.validate_cpus
+read_state = edge_irq.read_state
+known_refusals = edge_irq.known_refusals
 
 
 def write_value(path, value):
@@ -465,5 +472,5 @@ def cli(argv):
 
 if __name__ == "__main__":
     if "--apply-state" in sys.argv:
-        sys.exit(cli(sys.argv[1:]))
+        raise SystemExit(cli(sys.argv[1:]))
     main()

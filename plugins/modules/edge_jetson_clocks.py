@@ -32,7 +32,7 @@ description:
     is meant for a boot-time unit ordered after C(nvpmodel.service).
 version_added: "0.1.0"
 author:
-  - edgetune contributors
+  - edgetune contributors (!UNKNOWN)
 options:
   state:
     description:
@@ -54,15 +54,18 @@ notes:
   - Run it after any nvpmodel mode change; nvpmodel resets the minimum frequencies.
 attributes:
   check_mode:
+    description:
+      - Runs only C(jetson_clocks --show) and reports whether the clocks would be stored and pinned, or restored.
     support: full
-    details: Runs only C(jetson_clocks --show); reports whether the clocks would be stored and
-      pinned or restored.
   diff_mode:
+    description:
+      - One line per online CPU, the GPU and the EMC with their minimum and maximum, before and after
+        (in check mode, as pinning would leave them; for a restore in check mode, the store file it would restore from).
     support: full
-    details: One line per online CPU, the GPU and the EMC with their minimum and maximum, before
-      and after (in check mode, as pinning would leave them; after a restore, the summary only).
   platform:
-    platforms: posix
+    description: Runs on a Jetson (L4T, with C(jetson_clocks)), Python 3.8 or later.
+    support: full
+    platforms: linux
 """
 
 EXAMPLES = r"""
@@ -376,7 +379,7 @@ def main():
 # Boot-time pin (no Ansible)
 
 def _subprocess_run(argv):
-    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
     return done.returncode, done.stdout, done.stderr
 
 
@@ -421,5 +424,5 @@ def cli(argv):
 
 if __name__ == "__main__":
     if "--boot-pin" in sys.argv:
-        sys.exit(cli(sys.argv[1:]))
+        raise SystemExit(cli(sys.argv[1:]))
     main()

@@ -30,7 +30,7 @@ description:
     New arguments are appended in the order given.
 version_added: "0.1.0"
 author:
-  - edgetune contributors
+  - edgetune contributors (!UNKNOWN)
 options:
   args:
     description:
@@ -130,9 +130,9 @@ attributes:
   platform:
     description: Runs on the board (Linux, Python 3.8 or later).
     support: full
-    platforms: posix
+    platforms: linux
 notes:
-  - A change takes effect at the next boot. O(reboot_required) compares the wanted arguments
+  - A change takes effect at the next boot. RV(reboot_required) compares the wanted arguments
     with the running command line, whether or not this run changed a file.
   - For C(armbian) and C(grub) other settings also contribute to the command line. An O(absent)
     item that stays on the command line because of a file or setting this module does not edit

@@ -24,7 +24,7 @@ description:
     reads the live state back.
 version_added: "0.1.0"
 author:
-  - edgetune contributors
+  - edgetune contributors (!UNKNOWN)
 options:
   interfaces:
     description:
@@ -105,6 +105,8 @@ attributes:
   check_mode:
     description:
       - Reads the live state through the loader and reports exactly what a real run would change; writes nothing.
+      - When the loader is not installed yet (in check mode the role has not installed it), every interface
+        is reported as changing, without reading its live state.
     support: full
   diff_mode:
     description: The config file before and after, and per interface the differences of the live state.
@@ -112,7 +114,7 @@ attributes:
   platform:
     description: Runs on the device (Linux, Python 3.8 or later); the loader needs root.
     support: full
-    platforms: posix
+    platforms: linux
 requirements:
   - On the device, python3-bpfcc, python3-pyroute2, iproute2 and the running kernel's headers (for bcc).
 notes:

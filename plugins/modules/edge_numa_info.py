@@ -18,7 +18,7 @@ description:
   - Reads only; never writes.
 version_added: "0.1.0"
 author:
-  - edgetune contributors
+  - edgetune contributors (!UNKNOWN)
 options:
   accelerator:
     description:
@@ -38,11 +38,15 @@ options:
     default: /
 attributes:
   check_mode:
+    description: Reads only, so a check mode run returns the same as a real one.
     support: full
   diff_mode:
+    description: Changes nothing, so there is no difference to show.
     support: none
   platform:
-    platforms: posix
+    description: Runs on the board (Linux with sysfs, Python 3.8 or later).
+    support: full
+    platforms: linux
 """
 
 EXAMPLES = r"""
@@ -184,10 +188,10 @@ def inspect(root="/", accelerator="", cpus=""):
         try:
             result["node_cpus"] = parse_cpulist(result["nodes"][str(result["node"])])
         except ValueError as exc:
-            raise NumaError("node%d cpulist: %s" % (result["node"], exc)) from None
+            raise NumaError("node%s cpulist: %s" % (result["node"], exc)) from None
         result["bind_cpus"] = [c for c in wanted if c in result["node_cpus"]]
         if wanted and not result["bind_cpus"]:
-            raise NumaError("none of the inference CPUs %s is on node %d (CPUs %s), the accelerator's node: choose "
+            raise NumaError("none of the inference CPUs %s is on node %s (CPUs %s), the accelerator's node: choose "
                             "inference CPUs on that node (edge_bootargs_isolate) or name another accelerator"
                             % (format_cpulist(wanted), result["node"], format_cpulist(result["node_cpus"])))
     result["bind_cpulist"] = format_cpulist(result["bind_cpus"])

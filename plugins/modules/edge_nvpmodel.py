@@ -27,7 +27,7 @@ description:
     defines.
 version_added: "0.1.0"
 author:
-  - edgetune contributors
+  - edgetune contributors (!UNKNOWN)
 options:
   mode:
     description:
@@ -56,17 +56,21 @@ notes:
 seealso:
   - name: NVIDIA Jetson Linux Developer Guide, Power Management
     description: Supported power modes per Jetson module.
-    link: https://docs.nvidia.com/jetson/archives/r36.4.3/DeveloperGuide/SD/PlatformPowerAndPerformance/JetsonOrinNanoSeriesJetsonOrinNxSeriesAndJetsonAgxOrinSeries.html
+    link: "https://docs.nvidia.com/jetson/archives/r36.4.3/DeveloperGuide/SD/PlatformPowerAndPerformance/\
+      JetsonOrinNanoSeriesJetsonOrinNxSeriesAndJetsonAgxOrinSeries.html"
 attributes:
   check_mode:
+    description:
+      - Resolves the name, queries the current mode and predicts whether a reboot is needed;
+        never runs C(nvpmodel -m) and never writes the status file.
     support: full
-    details: Resolves the name, queries the current mode and predicts whether a reboot is
-      needed; never runs C(nvpmodel -m) and never writes the status file.
   diff_mode:
+    description: Shows the mode name before and after.
     support: full
-    details: Shows the mode name before and after.
   platform:
-    platforms: posix
+    description: Runs on a Jetson (L4T, with C(nvpmodel)), Python 3.8 or later.
+    support: full
+    platforms: linux
 """
 
 EXAMPLES = r"""

@@ -30,7 +30,7 @@ description:
     stick or a negotiation still pending is an error.
 version_added: "0.1.0"
 author:
-  - edgetune contributors
+  - edgetune contributors (!UNKNOWN)
 options:
   device:
     description:
@@ -77,7 +77,7 @@ attributes:
   platform:
     description: Runs on the board (Linux, Python 3.8 or later, as root to read and write config space).
     support: full
-    platforms: posix
+    platforms: linux
 notes:
   - The mapping is lost when the link is reset without the kernel restoring it, or at reboot. Re-apply
     it at boot with C(python3 edge_pcie_vc.py --apply-state FILE) (the edge_pcie_qos role installs
@@ -188,7 +188,7 @@ except ImportError:
             break
     else:
         sys.stderr.write("edge_pcie_vc: error: module_utils/edge_pcie.py not found next to %s\n" % _here)
-        sys.exit(1)
+        raise SystemExit(1)
 
 STATE_FORMAT = 1
 STATE_KEYS = ("device", "device_class", "tcs", "vc_id", "fail_unsupported", "timeout")
@@ -432,8 +432,9 @@ def run(root, device=None, device_class=None, tcs=(), vc_id=1, timeout=1.0, fail
                           " enable the same VC ID, or the link is down" % (vc_id, end.label(), timeout))
     except (VcError, OSError) as exc:
         message = str(exc) if isinstance(exc, VcError) else "reading back failed: %s" % (exc.strerror or exc)
-        raise VcError(message, **dict(result, changed=any(end.writes for end in ends),
-                                      ends=[end.report() for end in ends])) from None
+        details = dict(result)
+        details.update(changed=any(end.writes for end in ends), ends=[end.report() for end in ends])
+        raise VcError(message, **details) from None
     result["changed"] = any(end.writes for end in ends)
     result["ends"] = [end.report() for end in ends]
     if errors:
@@ -548,5 +549,5 @@ def cli(argv):
 
 if __name__ == "__main__":
     if "--apply-state" in sys.argv:
-        sys.exit(cli(sys.argv[1:]))
+        raise SystemExit(cli(sys.argv[1:]))
     main()

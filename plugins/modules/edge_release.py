@@ -11,16 +11,18 @@ description:
   - Manages a releases directory, C(ROOT/releases/<release>/), and two symlinks, C(ROOT/current)
     (the release the service runs) and C(ROOT/previous) (the release that was current before the
     last switch, the rollback target).
-  - Every artifact (a tarball on the device) is checked before anything changes, in this order
+  - >-
+    Every artifact (a tarball on the device) is checked before anything changes, in this order:
     its sha256 against O(artifacts[].sha256); its C(MANIFEST.json) (schema, kind, every file listed
     with the sha256 of its content, plain files only, no path leaving the artifact); the runtime and
     the engine against the board (SoC, L4T release or BSP, the runtime interpreter's Python version,
-    TensorRT through O(platform.tensorrt_by_l4t) and the installed libnvinfer, the RKNN runtime);
+    TensorRT through the C(tensorrt_by_l4t) table of O(platform) and the installed libnvinfer, the RKNN runtime);
     the runtime against the engine's format; and the free space under O(root) for the unpacked
     release plus O(min_free_mb). Any failure stops the module with one message naming what the
     artifact needs and what the board has; nothing is changed.
   - O(state=checked) only runs those checks and returns the manifests; it never changes anything.
-  - O(state=current) unpacks each artifact into a temporary directory beside the releases, fsyncs
+  - >-
+    O(state=current) unpacks each artifact into a temporary directory beside the releases, fsyncs
     it, renames it to C(releases/<release>), points C(previous) at the old current release and
     switches C(current) with a symlink renamed over the old one (atomic: a reader sees the old or
     the new release, never neither). It keeps the newest O(keep) releases and removes older ones,
@@ -31,7 +33,7 @@ description:
   - Every switch is read back (C(readlink)); a link that does not point where it should is an error.
 version_added: "0.1.0"
 author:
-  - edgetune contributors
+  - edgetune contributors (!UNKNOWN)
 options:
   state:
     description: C(checked), C(current) or C(rollback), see the description.
@@ -93,14 +95,17 @@ notes:
   - Detects TensorRT from C(libnvinfer.so.X.Y.Z) and librknnrt from the version string it embeds.
 attributes:
   check_mode:
+    description:
+      - All checks run (checksums, manifests, compatibility, free space); nothing is unpacked,
+        switched or removed; RV(ignore:changed) says whether a real run would change anything.
     support: full
-    details: All checks run (checksums, manifests, compatibility, free space); nothing is unpacked,
-      switched or removed; RV(changed) says whether a real run would change anything.
   diff_mode:
+    description: Shows the C(current) and C(previous) targets and the release list before and after.
     support: full
-    details: Shows the C(current) and C(previous) targets and the release list before and after.
   platform:
-    platforms: posix
+    description: Runs on the board (Linux, Python 3.8 or later).
+    support: full
+    platforms: linux
 """
 
 EXAMPLES = r"""
@@ -247,7 +252,7 @@ def state_of(root):
 def python_version(python, run_command):
     if not os.path.exists(python):
         return None
-    rc, out, _ = run_command([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"])
+    rc, out, _err = run_command([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"])
     return out.strip() if rc == 0 else None
 
 
@@ -278,7 +283,7 @@ def check_artifacts(artifacts, device, platform, versions, min_free, root):
                                "nothing was changed" % (kind, path, actual, expected))
         checks.append("%s: sha256 %s matches" % (os.path.basename(path), actual))
         try:
-            manifest, _, size = inspect_tarball(path, kind)
+            manifest, _members, size = inspect_tarball(path, kind)
         except ArtifactError as exc:
             raise ReleaseError(str(exc)) from None
         checks.append("%s: manifest %s %s %s, %d file(s) verified" % (
@@ -363,7 +368,7 @@ def install(root, name, artifacts, record):
             handle.write("\n")
             handle.flush()
             os.fsync(handle.fileno())
-        for dirpath, _, _ in os.walk(staging):
+        for dirpath, _dirnames, _filenames in os.walk(staging):
             os.chmod(dirpath, 0o755)
             fsync_directory(dirpath)
         os.rename(staging, os.path.join(base, name))

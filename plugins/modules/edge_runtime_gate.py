@@ -22,7 +22,7 @@ description:
     measured numbers are in the result and in the failure message.
 version_added: "0.1.0"
 author:
-  - edgetune contributors
+  - edgetune contributors (!UNKNOWN)
 options:
   gates:
     description: The gates to run, in this order.
@@ -97,13 +97,17 @@ options:
     default: 10
 attributes:
   check_mode:
+    description:
+      - The gates only read C(/proc), query systemd and send requests to the runtime, so they run
+        the same in check mode.
     support: full
-    details: The gates only read C(/proc), query systemd and send requests to the runtime; they run the same
-      in check mode.
   diff_mode:
+    description: Changes nothing, so there is no difference to show.
     support: none
   platform:
-    platforms: posix
+    description: Runs on the board (Linux with systemd, Python 3.8 or later).
+    support: full
+    platforms: linux
 """
 
 EXAMPLES = r"""
@@ -186,7 +190,7 @@ def journal_tail(module, service, lines=6):
     journalctl = module.get_bin_path("journalctl")
     if not journalctl:
         return ""
-    rc, out, _ = module.run_command([journalctl, "-u", service, "-n", str(lines), "--no-pager", "-o", "cat"])
+    rc, out, _err = module.run_command([journalctl, "-u", service, "-n", str(lines), "--no-pager", "-o", "cat"])
     return " | ".join(line.strip() for line in out.splitlines() if line.strip()) if rc == 0 else ""
 
 

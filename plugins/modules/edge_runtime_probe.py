@@ -21,7 +21,7 @@ description:
   - Never fails because of what it finds; the caller decides. It fails only when it cannot probe.
 version_added: "0.1.0"
 author:
-  - edgetune contributors
+  - edgetune contributors (!UNKNOWN)
 options:
   port:
     description: The TCP port the runtime will listen on.
@@ -57,12 +57,17 @@ notes:
     Nothing is written to disk, and the units are collected when they exit.
 attributes:
   check_mode:
+    description:
+      - Runs the same in check mode. It reads C(/proc) and starts short transient units that run
+        C(/bin/true) (or C(/bin/cat /proc/self/cgroup)); they write nothing and are collected when they exit.
     support: full
-    details: Read-only; the transient probe units leave no files and are collected.
   diff_mode:
+    description: Changes nothing, so there is no difference to show.
     support: none
   platform:
-    platforms: posix
+    description: Runs on the board (Linux with systemd and C(systemd-run), Python 3.8 or later).
+    support: full
+    platforms: linux
 """
 
 EXAMPLES = r"""
@@ -100,7 +105,8 @@ import re  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import explain_rt_refusal, port_holders, rt_budget_chain  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import (  # noqa: E402
+    explain_rt_refusal, port_holders, rt_budget_chain)
 
 SYSTEMD_EXIT = {214: "SETSCHEDULER", 215: "CPUAFFINITY"}
 
@@ -120,7 +126,7 @@ def transient(module, slice_name, properties, argv):
 
 def probe_cgroup(module, slice_name):
     """The cpu cgroup a unit of this slice runs in, as seen from inside one."""
-    rc, out, _ = transient(module, slice_name, [], ["/bin/cat", "/proc/self/cgroup"])
+    rc, out, _err = transient(module, slice_name, [], ["/bin/cat", "/proc/self/cgroup"])
     if rc != 0:
         return None, None
     v2 = None

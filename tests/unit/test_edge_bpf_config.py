@@ -190,7 +190,7 @@ def test_resolve_precedence_defaults_config_interface_overrides():
     wlan = bpf.resolve("wlan0", config)
     cli = bpf.resolve("wlan0", config, {"ports": "8001", "high_rate": None, "rate": None})
     assert (eth["rate"], eth["high_rate"], eth["ports"], eth["cgroup"]) == (12500000, 1250000, [8000],
-                                                                           "ai.slice/ai-infer.slice")
+                                                                            "ai.slice/ai-infer.slice")
     assert (wlan["rate"], wlan["high_rate"], wlan["ports"]) == (5000000, 1250000, [50051])
     assert cli["ports"] == [8001] and cli["rate"] == 5000000  # None means "not given"
 

@@ -69,7 +69,7 @@ def test_memory_limit_larger_than_the_ram():
 
 def test_memory_high_above_max():
     assert "edge_cgroups_memory_high 12G is above edge_cgroups_memory_max 8G" in fails(memory_max="8G",
-                                                                                      memory_high="12G")
+                                                                                       memory_high="12G")
     assert plugin.edge_cgroups_plan(settings(memory_max="", memory_high="12G"))["memory_high_bytes"] == 12 * GIB
 
 

@@ -239,7 +239,7 @@ class TestExtlinuxStock:
     def test_r35_commented_backup_block_is_not_a_label(self):
         text = fixture("extlinux_r35_agx_orin.conf")
         assert [label.name for label in ExtlinuxConfig(text).labels] == ["primary"]
-        new_text, _ = plan_extlinux(text, ["quiet"], [])
+        new_text, _plans = plan_extlinux(text, ["quiet"], [])
         assert [label.name for label in ExtlinuxConfig(new_text).labels] == [
             "primary", FALLBACK_LABEL]
         # NVIDIA's comment block is still there, byte for byte, after the new label.
@@ -263,7 +263,7 @@ class TestExtlinuxStock:
 
     def test_without_fallback_only_append_line_changes(self):
         text = fixture("extlinux_r35_agx_orin.conf")
-        new_text, _ = plan_extlinux(text, ["quiet"], [], fallback=False)
+        new_text, _plans = plan_extlinux(text, ["quiet"], [], fallback=False)
         old_lines, new_lines = text.split("\n"), new_text.split("\n")
         assert len(old_lines) == len(new_lines)
         changed = [i for i, (a, b) in enumerate(zip(old_lines, new_lines)) if a != b]
@@ -297,7 +297,7 @@ class TestExtlinuxLayouts:
     def test_no_trailing_newline_kept_with_fallback(self):
         text = fixture("extlinux_no_trailing_newline.conf")
         assert not text.endswith("\n")
-        new_text, _ = plan_extlinux(text, ["quiet"], [])
+        new_text, _plans = plan_extlinux(text, ["quiet"], [])
         old_append = text.split("\n")[-1]
         expected = (
             text + " quiet\n\nLABEL edgetune-fallback\n"
@@ -311,7 +311,7 @@ class TestExtlinuxLayouts:
 
     def test_no_trailing_newline_kept_without_fallback(self):
         text = fixture("extlinux_no_trailing_newline.conf")
-        new_text, _ = plan_extlinux(text, ["quiet"], [], fallback=False)
+        new_text, _plans = plan_extlinux(text, ["quiet"], [], fallback=False)
         assert new_text == text + " quiet"
 
     def test_tabs_kept_and_menu_label_added(self):
@@ -340,7 +340,7 @@ class TestExtlinuxLayouts:
 
     def test_inline_comment_on_menu_label_kept_in_fallback(self):
         text = fixture("extlinux_inline_comment.conf")
-        new_text, _ = plan_extlinux(text, ["isolcpus=2-3"], [])
+        new_text, _plans = plan_extlinux(text, ["isolcpus=2-3"], [])
         assert "      MENU LABEL " + FALLBACK_MENU_LABEL + "  # stock kernel\n" in new_text
         assert new_text.count("# isolcpus=2 was tried here") == 2
 
@@ -363,8 +363,8 @@ class TestExtlinuxLayouts:
 
     def test_existing_fallback_is_refreshed_not_duplicated(self):
         text = fixture("extlinux_r35_agx_orin.conf")
-        first, _ = plan_extlinux(text, ["isolcpus=4-7"], [])
-        second, _ = plan_extlinux(first, ["isolcpus=8-11"], [])
+        first, _plans = plan_extlinux(text, ["isolcpus=4-7"], [])
+        second, _plans = plan_extlinux(first, ["isolcpus=8-11"], [])
         config = ExtlinuxConfig(second)
         assert [label.name for label in config.labels] == ["primary", FALLBACK_LABEL]
         fallback_append = config.parsed[config.find_label(FALLBACK_LABEL).end].value
@@ -379,22 +379,22 @@ class TestExtlinuxLayouts:
         """The default entry was edited by hand (isolcpus changed) and not booted: the
         fallback keeps the arguments the device is known to boot with."""
         text = fixture("extlinux_r35_agx_orin.conf")
-        first, _ = plan_extlinux(text, ["isolcpus=4-7"], [])
+        first, _plans = plan_extlinux(text, ["isolcpus=4-7"], [])
         running = split_cmdline("root=/dev/mmcblk0p1 console=ttyTCU0 isolcpus=4-7")
         hand_edited = first.replace(" nospectre_bhb isolcpus=4-7\n", " nospectre_bhb isolcpus=5-7\n", 1)
         assert hand_edited != first
-        fixed, _ = plan_extlinux(hand_edited, ["isolcpus=4-7"], [], running=running)
+        fixed, _plans = plan_extlinux(hand_edited, ["isolcpus=4-7"], [], running=running)
         assert fixed == first  # the default entry repaired, the fallback as it was
 
         # After a boot with the hand-edited entry, that entry is the known-good one.
         booted = split_cmdline("root=/dev/mmcblk0p1 console=ttyTCU0 isolcpus=5-7")
-        refreshed, _ = plan_extlinux(hand_edited, ["isolcpus=4-7"], [], running=booted)
+        refreshed, _plans = plan_extlinux(hand_edited, ["isolcpus=4-7"], [], running=booted)
         config = ExtlinuxConfig(refreshed)
         assert config.parsed[config.find_label(FALLBACK_LABEL).end].value.endswith(" isolcpus=5-7")
 
     def test_fallback_disabled_leaves_existing_fallback(self):
-        first, _ = plan_extlinux(fixture("extlinux_r35_agx_orin.conf"), ["isolcpus=4-7"], [])
-        second, _ = plan_extlinux(first, ["isolcpus=8-11"], [], fallback=False)
+        first, _plans = plan_extlinux(fixture("extlinux_r35_agx_orin.conf"), ["isolcpus=4-7"], [])
+        second, _plans = plan_extlinux(first, ["isolcpus=8-11"], [], fallback=False)
         # Only the default APPEND changed; the fallback still holds the stock arguments.
         changed = [(a, b) for a, b in zip(first.split("\n"), second.split("\n")) if a != b]
         assert changed == [(append_line(first), append_line(second))]
@@ -404,7 +404,7 @@ class TestExtlinuxLayouts:
         text = fixture("extlinux_10_labels.conf")
         with pytest.raises(ValueError, match=r"would make 11 labels.*fallback=false"):
             plan_extlinux(text, ["quiet"], [])
-        new_text, _ = plan_extlinux(text, ["quiet"], [], fallback=False)
+        new_text, _plans = plan_extlinux(text, ["quiet"], [], fallback=False)
         assert len(ExtlinuxConfig(new_text).labels) == 10
 
     def test_persisted_drops_only_the_first_cbootargs(self):
@@ -428,7 +428,7 @@ class TestExtlinuxLayouts:
 
     def test_crlf_line_endings_kept(self):
         text = "DEFAULT a\r\nLABEL a\r\n  LINUX /boot/Image\r\n  APPEND ${cbootargs} rw\r\n"
-        new_text, _ = plan_extlinux(text, ["quiet"], [])
+        new_text, _plans = plan_extlinux(text, ["quiet"], [])
         assert new_text == (
             "DEFAULT a\r\nLABEL a\r\n  LINUX /boot/Image\r\n  APPEND ${cbootargs} rw quiet\r\n"
             "\r\nLABEL edgetune-fallback\r\n  MENU LABEL " + FALLBACK_MENU_LABEL + "\r\n"
@@ -487,7 +487,7 @@ class TestArmbian:
 
     def test_missing_trailing_newline_respected(self):
         text = fixture("armbianEnv_no_trailing_newline.txt")
-        new_text, _ = plan_armbian(text, ["quiet"], [])
+        new_text, _plans = plan_armbian(text, ["quiet"], [])
         assert new_text == text + "\nextraargs=quiet"
 
     def test_last_extraargs_line_wins_and_is_edited(self):
@@ -551,7 +551,7 @@ class TestUbootMenu:
         assert plan_uboot_default(new_text, ['dyndbg="file a.c +p"'], ["ro"]) == (new_text, persisted)
 
     def test_single_quoted_value(self):
-        new_text, _ = plan_uboot_default("U_BOOT_PARAMETERS='rw quiet' # keep\n", ["a=1"], [])
+        new_text, _plans = plan_uboot_default("U_BOOT_PARAMETERS='rw quiet' # keep\n", ["a=1"], [])
         assert new_text == 'U_BOOT_PARAMETERS="rw quiet a=1" # keep\n'
 
     def test_command_substitution_refused(self):
@@ -590,9 +590,9 @@ class TestGrub:
     def test_existing_dropin_edited_and_idempotent(self):
         current = render_grub_dropin(["isolcpus=1-3", "quiet"])
         assert grub_dropin_tokens(current) == ["isolcpus=1-3", "quiet"]
-        new_text, _ = plan_grub(current, ["nohz_full=1-3"], ["isolcpus"], fixture("grub_default"), {})
+        new_text, _plans = plan_grub(current, ["nohz_full=1-3"], ["isolcpus"], fixture("grub_default"), {})
         assert grub_dropin_tokens(new_text) == ["quiet", "nohz_full=1-3"]
-        again, _ = plan_grub(new_text, ["nohz_full=1-3"], ["isolcpus"], fixture("grub_default"), {})
+        again, _plans = plan_grub(new_text, ["nohz_full=1-3"], ["isolcpus"], fixture("grub_default"), {})
         assert again == new_text
 
     def test_no_dropin_and_nothing_to_add(self):

@@ -131,7 +131,7 @@ def make_tree(root, board_name):
 def run_sim(root, *args, stdin=None):
     env = dict(os.environ, EDGETUNE_TWIN_ROOT=str(root))
     return subprocess.run([sys.executable, str(SIM)] + list(args), input=stdin, env=env,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def reboot(root, board_name):
@@ -154,7 +154,7 @@ def boot_in(root, board_name, mode_id=None):
 def snapshot(root):
     """Every regular file's content under root (symlinks not followed)."""
     files = {}
-    for dirpath, _, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         for name in filenames:
             path = Path(dirpath) / name
             if not path.is_symlink():
@@ -262,7 +262,7 @@ def test_parser_tolerates_layout_variants(variant):
 
 
 @pytest.mark.parametrize("text, message", [
-    (CLEAN.split("< POWER_MODEL")[0] + "< PM_CONFIG DEFAULT=0 >\n", "POWER_MODEL"),
+    (CLEAN.split("< POWER_MODEL", 1)[0] + "< PM_CONFIG DEFAULT=0 >\n", "POWER_MODEL"),
     (CLEAN.replace("< PM_CONFIG DEFAULT=1 >\n", ""), "PM_CONFIG"),
     ("", "POWER_MODEL"),
     ("just some text\n", "outside"),
@@ -372,7 +372,7 @@ def test_query_output_formats(tree):
     parsed = parse_query_output(verbose.stdout)
     assert (parsed["name"], parsed["id"]) == ("MODE_30W", 2)
     assert verbose.stdout.splitlines()[:2] == ["NVPM VERB: Config file: /etc/nvpmodel.conf",
-                                              "NVPM VERB: parsing done for /etc/nvpmodel.conf"]
+                                               "NVPM VERB: parsing done for /etc/nvpmodel.conf"]
     assert "NVPM VERB: Current mode: NV Power Mode: MODE_30W" in verbose.stdout
     assert pending_settings(parsed) == []
     by_arg = {(p["param"], p["arg"]): p for p in parsed["params"]}
@@ -473,7 +473,7 @@ def sim_runner(root, calls=None):
             calls.append((list(argv), data))
         env = dict(os.environ, EDGETUNE_TWIN_ROOT=str(root))
         done = subprocess.run([sys.executable] + list(argv), env=env, capture_output=True, text=True,
-                              input=None if data is None else data + "\n", timeout=60)
+                              input=None if data is None else data + "\n", timeout=60, check=False)
         return done.returncode, done.stdout, done.stderr
     return run_command
 
@@ -526,7 +526,7 @@ def test_module_check_mode_writes_nothing_and_predicts(nvp, tree):
     deferred = run_module(nvp, tree, "MODE_15W", check_mode=True, calls=calls)
     assert deferred["changed"] is True and deferred["reboot_required"] is True
     assert snapshot(tree) == before
-    assert all("-m" not in argv for argv, _ in calls)
+    assert all("-m" not in argv for argv, _kwargs in calls)
 
 
 @pytest.mark.controller
@@ -535,7 +535,7 @@ def test_module_unknown_name_lists_valid_names_and_runs_nothing(nvp, tree):
     params = module_params(tree, "MAXN_SUPER", conf=str(tree / "etc/nvpmodel.conf"))
     with pytest.raises(nvp.ModuleFailure) as failure:
         nvp.run_module(params, check_mode=False, want_diff=False,
-                                 run_command=never_run, find_command=lambda *a, **k: None)
+                       run_command=never_run, find_command=lambda *a, **k: None)
     assert "MAXN, MODE_15W, MODE_30W, MODE_50W" in str(failure.value)
     assert failure.value.details["valid_modes"] == ["MAXN", "MODE_15W", "MODE_30W", "MODE_50W"]
 
@@ -579,8 +579,8 @@ def test_module_passes_non_default_conf_and_status_paths(nvp, tree):
     calls = []
     run_module(nvp, tree, "25W", calls=calls)
     conf, status = str(tree / "etc/nvpmodel.conf"), str(tree / "var/lib/nvpmodel/status")
-    assert all(argv[-4:] == ["-f", conf, "-u", status] for argv, _ in calls)
-    assert [argv[1:3] for argv, _ in calls] == [["-q", "--verbose"], ["-m", "3"], ["-q", "--verbose"]]
+    assert all(argv[-4:] == ["-f", conf, "-u", status] for argv, _kwargs in calls)
+    assert [argv[1:3] for argv, _kwargs in calls] == [["-q", "--verbose"], ["-m", "3"], ["-q", "--verbose"]]
 
 
 def fake_runner(script):
@@ -605,7 +605,7 @@ def test_module_failures_are_reported_not_raised(nvp, tree, replies, message):
     params = module_params(tree, "MODE_50W", conf=str(tree / "etc/nvpmodel.conf"))
     with pytest.raises(nvp.ModuleFailure, match=message):
         nvp.run_module(params, check_mode=False, want_diff=False,
-                                 run_command=fake_runner(replies), find_command=lambda *a, **k: None)
+                       run_command=fake_runner(replies), find_command=lambda *a, **k: None)
 
 
 @pytest.mark.controller
@@ -632,7 +632,7 @@ def run_main(nvp, args, capsys):
 def test_main_fails_with_json_not_a_traceback(nvp, tree, capsys):
     make_tree(tree, "agx_r35")
     result = run_main(nvp, {"mode": "NOPE", "conf": str(tree / "etc/nvpmodel.conf"),
-                       "nvpmodel_path": str(SIM)}, capsys)
+                            "nvpmodel_path": str(SIM)}, capsys)
     assert result["failed"] is True
     assert "unknown nvpmodel mode 'NOPE'" in result["msg"]
 
@@ -643,8 +643,8 @@ def test_main_check_mode_through_ansible(nvp, tree, capsys, monkeypatch):
     monkeypatch.setenv("EDGETUNE_TWIN_ROOT", str(tree))
     before = snapshot(tree)
     result = run_main(nvp, {"mode": "MODE_15W", "conf": str(tree / "etc/nvpmodel.conf"),
-                       "status_file": str(tree / "var/lib/nvpmodel/status"),
-                       "nvpmodel_path": str(SIM), "_ansible_check_mode": True, "_ansible_diff": True},
+                            "status_file": str(tree / "var/lib/nvpmodel/status"),
+                            "nvpmodel_path": str(SIM), "_ansible_check_mode": True, "_ansible_diff": True},
                       capsys)
     assert result["changed"] is True and result["reboot_required"] is True
     assert result["diff"]["after"] == "MODE_15W (ID 1)\n"

@@ -62,7 +62,7 @@ def test_rt_budget_chain_and_the_explanation(tmp_path):
         (cg / directory).mkdir(parents=True)
         (cg / directory / "cpu.rt_runtime_us").write_text("%d\n" % budget)
     chain = rt_budget_chain("v1", "/docker/abc", str(cg))
-    assert [b for _, b in chain] == [950000, 0, 0]
+    assert [b for _path, b in chain] == [950000, 0, 0]
     proc = tmp_path / "proc"
     (proc / "77").mkdir(parents=True)
     (proc / "77" / "cgroup").write_text("3:cpuset:/docker/abc\n2:cpu,cpuacct:/docker/abc\n0::/docker/abc\n")
@@ -152,7 +152,7 @@ def test_run_load_measures_each_request(http_server):
 
 
 def test_run_load_counts_failures(http_server):
-    port, _ = http_server(status=503)
+    port, _server = http_server(status=503)
     result = run_load("127.0.0.1", port, requests=5, warmup=0)
     assert result["count"] == 0 and result["errors"] == 5 and result["first_error"].startswith("503")
     with socket.socket() as sock:
@@ -177,7 +177,7 @@ ACTIVE = {"ActiveState": "active", "SubState": "running", "MainPID": 0, "ExecMai
 
 
 def test_latency_gate_fails_with_the_measured_numbers(capsys, monkeypatch, http_server):
-    port, _ = http_server(delay=0.005)
+    port, _server = http_server(delay=0.005)
     result = run_gate(capsys, monkeypatch, ACTIVE, gates=["health", "latency"], port=port, requests=20, warmup=2,
                       p99_ms=1)
     assert result["failed"] and "latency gate: P99" in result["msg"] and "over the limit of 1.0 ms" in result["msg"]
@@ -199,7 +199,7 @@ def test_health_gate_stops_at_once_on_a_failed_unit(capsys, monkeypatch):
 
 
 def test_health_gate_times_out_on_a_runtime_that_never_gets_ready(capsys, monkeypatch, http_server):
-    port, _ = http_server(status=503)
+    port, _server = http_server(status=503)
     result = run_gate(capsys, monkeypatch, ACTIVE, gates=["health"], port=port, health_timeout=1)
     assert result["failed"] and "not ready within 1 s" in result["msg"] and "HTTP 503 loading" in result["msg"]
 

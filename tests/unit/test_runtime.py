@@ -242,14 +242,14 @@ METRIC_LINE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="
 def test_metrics_are_prometheus_text_with_a_latency_histogram(server):
     srv = server("--warmup", "0")
     srv.wait_ready()
-    for _ in range(5):
+    for _attempt in range(5):
         assert srv.request("POST", "/infer", {"sample": 3})[0] == 200
     status, text = srv.request("GET", "/metrics")
     assert status == 200 and text.endswith("\n")
     families = {}
     for line in text.splitlines():
         if line.startswith("# TYPE"):
-            _, _, name, kind = line.split()
+            _hash, _type, name, kind = line.split()
             families[name] = kind
         elif not line.startswith("#"):
             assert METRIC_LINE.match(line), line
@@ -257,7 +257,7 @@ def test_metrics_are_prometheus_text_with_a_latency_histogram(server):
     assert families["edgetune_request_duration_seconds"] == "histogram"
     buckets = [(m.group(1), int(m.group(2))) for m in
                re.finditer(r'^edgetune_inference_duration_seconds_bucket\{le="([^"]+)"\} (\d+)$', text, re.M)]
-    counts = [c for _, c in buckets]
+    counts = [c for _le, c in buckets]
     assert buckets[-1][0] == "+Inf" and counts == sorted(counts)
     count = int(re.search(r"^edgetune_inference_duration_seconds_count (\d+)$", text, re.M).group(1))
     assert count == counts[-1] == 5
@@ -316,7 +316,7 @@ def test_exit_codes(server, reference_engine, tmp_path):
     clash = Server(reference_engine, "--warmup", "0")
     clash.argv[clash.argv.index("--port") + 1] = str(first.port)
     proc = subprocess.run(clash.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          timeout=60)
+                          timeout=60, check=False)
     clash.proc.kill()
     clash.proc.wait()
     assert proc.returncode == 5 and "cannot listen" in proc.stderr
@@ -343,14 +343,15 @@ def test_exit_codes(server, reference_engine, tmp_path):
 
 def fifo_allowed():
     try:
-        rc = subprocess.run(["chrt", "-f", "5", "true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE).returncode
+        rc = subprocess.run(["chrt", "-f", "5", "true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            check=False).returncode
     except OSError:
         return False
     return rc == 0
 
 
 @pytest.mark.skipif(not fifo_allowed(), reason="SCHED_FIFO is refused here (chrt -f 5 true fails: no RT "
-                                                "budget in this cgroup or no CAP_SYS_NICE)")
+                                               "budget in this cgroup or no CAP_SYS_NICE)")
 def test_every_thread_inherits_fifo_and_the_runtime_checks_it(server):
     srv = server("--warmup", "0", "--expect-sched", "fifo", prefix=["chrt", "-f", "5"])
     srv.wait_ready()

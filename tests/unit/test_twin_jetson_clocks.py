@@ -98,7 +98,7 @@ def run(root, script, *args, home=None):
     if home:
         env["HOME"] = str(home)
     return subprocess.run([sys.executable, str(script)] + list(args), env=env,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def clocks(root, *args, home=None):
