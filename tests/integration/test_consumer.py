@@ -151,6 +151,15 @@ def test_installed_collection_is_the_only_edgetune_and_renders_its_docs(consumer
                 assert doc["examples"].strip() and doc["return"], name
 
 
+def test_collection_playbooks_run_by_name(consumer):
+    code, out = run([str(BIN / "ansible-playbook"), "edgetune.fleet.site", "--list-tasks"], consumer["home"],
+                    consumer["env"])
+    assert code == 0, out[-4000:]
+    for play in ("Validate the inventory and detect the boards", "Tune the boards", "Deploy the inference runtime"):
+        assert "play #" in out and play in out, out[-4000:]
+    assert "edgetune.fleet.edge_bootargs : Write the boot arguments into the bootloader file" in out
+
+
 def test_consumer_playbook_converges_a_twin_then_check_mode_changes_nothing(consumer, twin):
     code, out = run([str(BIN / "ansible-playbook"), "tune.yml"], consumer["home"], consumer["env"])
     assert code == 0, out[-4000:]
