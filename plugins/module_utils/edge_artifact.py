@@ -262,7 +262,7 @@ def tensorrt_for_l4t(l4t_version, table):
     return None
 
 
-def compatibility_problems(manifest, device, platform=None):
+def compatibility_problems(manifest, device, platform=None, unknown=()):
     """Why ``manifest`` cannot run on ``device``; empty list when it can.
 
     device: {"soc": "tegra234", "l4t": {"version": "36.4.3"} or None,
@@ -270,6 +270,10 @@ def compatibility_problems(manifest, device, platform=None):
              "tensorrt": "10.3.0" or None (installed, detected), "rknn": "2.3.0" or None}
     platform: {"tensorrt_by_l4t": [...], "rknn_runtime": "2.3.0" or ""} (the role's data).
     Every message names both sides: what the artifact needs and what the board has.
+    ``unknown`` names the device keys (python, tensorrt, rknn) the caller could
+    not learn: the controller's check before anything is copied, from the
+    board's facts, leaves those to the device (edge_release) instead of
+    reading them as missing.
     """
     platform = platform or {}
     what = "%s %s %s" % (manifest.get("kind"), manifest.get("name"), manifest.get("version"))
@@ -300,16 +304,19 @@ def compatibility_problems(manifest, device, platform=None):
             problems.append("%s needs %s %s, but this board runs %s %s" % (what, name, ranges[name], name, version))
 
     python_spec = requires.get("python")
-    if python_spec and not version_matches(device.get("python"), python_spec):
+    if python_spec and "python" not in unknown and not version_matches(device.get("python"), python_spec):
         problems.append("%s needs python3 %s, but the runtime's interpreter is Python %s"
                         % (what, python_spec, device.get("python") or "missing"))
 
     trt = requires.get("tensorrt")
     if trt:
-        problems += _tensorrt_problems(what, trt, l4t, device.get("tensorrt"), platform.get("tensorrt_by_l4t"))
+        problems += _tensorrt_problems(what, trt, l4t, device.get("tensorrt"), platform.get("tensorrt_by_l4t"),
+                                       "tensorrt" not in unknown)
     rknn = requires.get("rknn")
     if rknn:
-        problems += _rknn_problems(what, rknn, soc, device.get("rknn") or platform.get("rknn_runtime") or None)
+        runtime = device.get("rknn") or platform.get("rknn_runtime") or None
+        if "rknn" not in unknown or runtime or soc not in RKNN_SOCS:
+            problems += _rknn_problems(what, rknn, soc, runtime)
     return problems
 
 
@@ -321,7 +328,7 @@ def _trt_fits(engine_version, have, version_compatible):
     return got == want
 
 
-def _tensorrt_problems(what, trt, l4t, installed, table):
+def _tensorrt_problems(what, trt, l4t, installed, table, check_installed=True):
     version = str(trt.get("version"))
     compatible = bool(trt.get("version_compatible"))
     rule = ("TensorRT %s.x, %s or later (version-compatible plan)" % (major_minor(version).split(".", 1)[0],
@@ -337,6 +344,8 @@ def _tensorrt_problems(what, trt, l4t, installed, table):
     if not _trt_fits(version, row["tensorrt"], compatible):
         return ["%s needs %s, but this board runs L4T %s, which ships TensorRT %s%s" % (
             what, rule, l4t, row["tensorrt"], " (JetPack %s)" % row["jetpack"] if row.get("jetpack") else "")]
+    if not check_installed:
+        return []
     if installed is None:
         return ["%s needs %s; L4T %s ships TensorRT %s but it is not installed on this board (no libnvinfer "
                 "found): install the JetPack runtime (nvidia-tensorrt)" % (what, rule, l4t, row["tensorrt"])]
@@ -345,9 +354,12 @@ def _tensorrt_problems(what, trt, l4t, installed, table):
     return []
 
 
+RKNN_SOCS = ("rk3588", "rk3588s", "rk3576", "rk3568", "rk3566", "rk3562")
+
+
 def _rknn_problems(what, rknn, soc, runtime_version):
     toolkit = str(rknn.get("toolkit_version"))
-    if soc not in ("rk3588", "rk3588s", "rk3576", "rk3568", "rk3566", "rk3562"):
+    if soc not in RKNN_SOCS:
         return ["%s is an RKNN model (rknn-toolkit2 %s), but this board's SoC is %s, not a Rockchip NPU"
                 % (what, toolkit, soc)]
     if not runtime_version:

@@ -219,6 +219,15 @@ def detect_bootloader(root="/", which=shutil.which):
                   "/etc/default/grub with update-grub", "/boot/extlinux/extlinux.conf"]
 
 
+def rt_throttle(root="/"):
+    """The kernel's RT throttling, kernel.sched_rt_period_us and sched_rt_runtime_us (-1: unlimited)."""
+    values = {}
+    for key in ("rt_period_us", "rt_runtime_us"):
+        text = (read(root, "/proc/sys/kernel/sched_" + key) or "").strip()
+        values[key] = int(text) if re.match(r"^-?\d+$", text) else None
+    return values
+
+
 def memory_kb(root="/"):
     match = re.search(r"^MemTotal:\s+(\d+)\s+kB", read(root, "/proc/meminfo", ""), re.M)
     return int(match.group(1)) if match else None

@@ -11,6 +11,7 @@ import os
 from collections import namedtuple
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_board import detect_bootloader as board_bootloader
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_bootguard import check_bootable
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import (
     parse_record,
     plan_armbian,
@@ -66,10 +67,52 @@ def default_path(bootloader, root="/"):
 def _read(path, missing_ok=False):
     try:
         return read_text(path)
+    except UnicodeDecodeError as exc:
+        line = exc.object.count(b"\n", 0, exc.start) + 1
+        raise ValueError(
+            f"{path} is not UTF-8 text: byte 0x{exc.object[exc.start]:02x} on line {line} (offset {exc.start}) "
+            "cannot be decoded; boot files are plain text: fix that line by hand, or put back an earlier copy "
+            f"(edgetune's backups are {os.path.basename(path)}.edgetune-*.bak next to it)"
+        ) from exc
     except OSError as exc:
         if missing_ok and not os.path.exists(path):
             return None
         raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def boot_file(bootloader, path):
+    """The file the bootloader must have for an edit of ``path``: the file itself, or for
+    grub the main config (the drop-in ``path`` may not exist yet)."""
+    if bootloader == "grub":
+        return os.path.join(os.path.dirname(os.path.dirname(path)), "grub")
+    return path
+
+
+def require_boot_file(bootloader, path, find_command=None, root="/"):
+    """ValueError when the bootloader's file is missing, naming the bootloader this board uses."""
+    needed = boot_file(bootloader, path)
+    if os.path.exists(needed):
+        return
+    name, found = board_bootloader(root, find_command or (lambda _name: None))
+    if name is None:
+        raise ValueError(f"{needed} does not exist, and this board has none of the boot files edgetune edits "
+                         f"(looked for {', '.join(found)})")
+    if name != bootloader:
+        raise ValueError(
+            f"bootloader={bootloader} was asked for, but {needed} does not exist on this board, which boots "
+            f"with {name} ({_under(root, found)}): set bootloader: {name}, or leave bootloader unset to detect it")
+    raise ValueError(f"{needed} does not exist; this board's {name} file is {_under(root, found)}: "
+                     "correct the path, or leave it unset")
+
+
+def guard_plans(bootloader, plans, machine=None):
+    """The boot check (edge_bootguard) on each planned file: UnbootableEntry (a ValueError)
+    naming the file unless the default entry it plans still boots."""
+    for plan in plans:
+        before = None
+        if bootloader == "extlinux" and plan.before is not None:
+            before = plan_extlinux(plan.before, [], [])[1]
+        check_bootable(bootloader, plan.persisted, plan.path, text=plan.after, before=before, machine=machine)
 
 
 def _plan_one(path, planner, *planner_args, **planner_kwargs):

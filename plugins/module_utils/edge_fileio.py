@@ -24,9 +24,12 @@ NEW_FILE_MODE = 0o644
 
 
 def read_text(path):
-    """Return the file's text exactly as stored (line endings untouched)."""
-    with open(path, "r", encoding="utf-8", newline="") as handle:
-        return handle.read()
+    """Return the file's text exactly as stored (line endings untouched).
+
+    Decoded in one piece, so that a UnicodeDecodeError's ``object`` is the
+    whole file and its ``start`` the offset in it."""
+    with open(path, "rb") as handle:
+        return handle.read().decode("utf-8")
 
 
 def backup_files(path):
@@ -36,21 +39,39 @@ def backup_files(path):
     return sorted(glob.glob(pattern))
 
 
-def make_backup(path):
-    """Copy ``path`` to ``<path>.edgetune-<UTC timestamp>.bak``; keep the newest few."""
+def make_backup(path, prune=True):
+    """Copy ``path`` to ``<path>.edgetune-<UTC timestamp>.bak``; with ``prune``, keep the newest few."""
     now = time.time()
     # Microseconds keep two runs within one second from sharing a name.
     micros = int(now % 1 * 1e6)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{micros:06d}Z"
     backup_path = path + BACKUP_MARKER + stamp + BACKUP_SUFFIX
-    shutil.copy2(path, backup_path)
+    try:
+        shutil.copy2(path, backup_path)
+    except BaseException:
+        remove_quietly(backup_path)  # a partial copy (disk full)
+        raise
+    if prune:
+        prune_backups(path)
+    return backup_path
+
+
+def prune_backups(path):
+    """Delete all but the newest BACKUPS_KEPT backups of ``path``."""
     for old in backup_files(path)[:-BACKUPS_KEPT]:
         try:
             os.unlink(old)
         except OSError as exc:
             if exc.errno != errno.ENOENT:
                 raise
-    return backup_path
+
+
+def remove_quietly(path):
+    """Unlink ``path`` if it exists; never raise (for clean-up on an error path)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def fsync_directory(directory):
@@ -62,12 +83,19 @@ def fsync_directory(directory):
         os.close(fd)
 
 
-def atomic_write(path, data, backup=True, mode=None):
+def atomic_write(path, data, backup=True, mode=None, prune=True):
     """Replace ``path`` with ``data`` (str or bytes) atomically.
 
     The original's mode, uid and gid are kept (``mode`` overrides the mode; a
     new file gets ``mode`` or 0644).  With ``backup`` and an existing file, the
-    original is first copied next to it (see :func:`make_backup`).
+    original is copied next to it (see :func:`make_backup`).
+
+    The backup is made once the new content is on disk beside the file, and
+    taken back when the rename that replaces the file fails (an immutable
+    file, a read-only mount): a refused write leaves the file and its backups
+    as they were.  Older backups are pruned only after the rename, and only
+    with ``prune`` (a caller writing several files prunes when all are
+    written: :func:`prune_backups`).
 
     A symlink is followed: the file it points to is replaced (and backed up),
     the link stays a link.
@@ -87,9 +115,6 @@ def atomic_write(path, data, backup=True, mode=None):
         original = None
 
     backup_path = None
-    if backup and original is not None:
-        backup_path = make_backup(path)
-
     fd, temp_path = tempfile.mkstemp(
         dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp"
     )
@@ -106,12 +131,15 @@ def atomic_write(path, data, backup=True, mode=None):
         if mode is None:
             mode = stat.S_IMODE(original.st_mode) if original else NEW_FILE_MODE
         os.chmod(temp_path, mode)
+        if backup and original is not None:
+            backup_path = make_backup(path, prune=False)
         os.rename(temp_path, path)
     except BaseException:
-        try:
-            os.unlink(temp_path)
-        except OSError:
-            pass
+        remove_quietly(temp_path)
+        if backup_path is not None:
+            remove_quietly(backup_path)
         raise
     fsync_directory(directory)
+    if backup_path is not None and prune:
+        prune_backups(path)
     return backup_path

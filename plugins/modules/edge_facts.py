@@ -17,7 +17,10 @@ description:
     the SoC family, the L4T release (C(/etc/nv_tegra_release)) or the BSP release
     (C(/etc/armbian-release), else C(/etc/os-release)), CPU clusters from the cpufreq
     policies, devfreq nodes, the bootloader in use, the cgroup mode, the systemd version,
-    the running command line and the kernel features the edgetune roles depend on.
+    the running command line, the RT throttling, the kernel features the edgetune roles depend on,
+    the installed TensorRT and RKNN runtimes and the Python the module runs with.
+  - The preflight's one read of the device. Everything the intent is validated against before any
+    change (CPUs, governors and frequencies, devfreq nodes, memory, RT throttling) is here.
   - Publishes them as C(ansible_facts.edge). Reads only; never writes.
   - Matching the board to a curated profile is done by the C(edge_facts) role, on the controller.
 version_added: "0.1.0"
@@ -169,6 +172,27 @@ ansible_facts:
           returned: always
           type: int
           sample: 15896536
+        sched:
+          description:
+            - The kernel's RT throttling, C(rt_period_us) and C(rt_runtime_us) (C(/proc/sys/kernel/sched_rt_period_us)
+              and C(sched_rt_runtime_us); -1 is unlimited), each null when not readable.
+          returned: always
+          type: dict
+          sample: {rt_period_us: 1000000, rt_runtime_us: 950000}
+        inference_runtime:
+          description:
+            - The installed C(tensorrt) version (from C(libnvinfer.so.X.Y.Z)'s name) and C(rknn) version (the
+              string C(librknnrt.so) embeds), each null when not found.
+          returned: always
+          type: dict
+          sample: {tensorrt: 10.3.0, rknn: null}
+        python:
+          description:
+            - The C(version) and C(executable) of the Python this module ran with, and C(executable_link),
+              C(/usr/bin/python3) (or C(/usr/local/bin/python3)) when that is the same interpreter, else null.
+          returned: always
+          type: dict
+          sample: {executable: /usr/bin/python3.10, executable_link: /usr/bin/python3, version: 3.10.12}
         nvpmodel:
           description: Whether the C(nvpmodel) command and C(/etc/nvpmodel.conf) are both present.
           returned: always
@@ -178,11 +202,24 @@ ansible_facts:
 
 import os
 import platform
+import sys
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact import detect_rknn, detect_tensorrt
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_board import (
     bsp_release, cgroup_mode, cpu_topology, detect_bootloader, device_tree, devfreq_nodes,
-    kernel_config, kernel_features, l4t_release, memory_kb, read, soc_family, systemd_version)
+    kernel_config, kernel_features, l4t_release, memory_kb, read, rt_throttle, soc_family, systemd_version)
+
+
+def python_link(executable):
+    """The usual name of the interpreter (/usr/bin/python3 for /usr/bin/python3.11), else None."""
+    for name in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        try:
+            if os.path.realpath(name) == os.path.realpath(executable):
+                return name
+        except OSError:
+            pass
+    return None
 
 
 def gather(root, run_command, which):
@@ -207,6 +244,10 @@ def gather(root, run_command, which):
         "kernel": {"release": release, "config_source": config_source,
                    "features": kernel_features(config)},
         "memory_kb": memory_kb(root),
+        "sched": rt_throttle(root),
+        "inference_runtime": {"tensorrt": detect_tensorrt(root), "rknn": detect_rknn(root)},
+        "python": {"executable": sys.executable, "version": "%d.%d.%d" % tuple(sys.version_info[:3]),
+                   "executable_link": python_link(sys.executable)},
         "nvpmodel": bool(which("nvpmodel")) and os.path.exists(os.path.join(root, "etc/nvpmodel.conf")),
     }
 

@@ -24,6 +24,20 @@ description:
   - Files that cannot be edited safely (unknown syntax, ambiguous labels, shell code) are refused
     with a message and left byte-identical. After a write the file is read back and planned
     again; a mismatch is an error naming the file and its backup.
+  - Before anything is written (in check mode too) the planned default entry is checked as a
+    whole, with the arguments it keeps and the ones it adds. It must keep a root device (a
+    non-empty C(root=) in an L4T APPEND line, unless the entry had none as found; Armbian's
+    C(rootdev=); for C(uboot_menu) and C(grub) the C(root=) the update command adds, so only an
+    empty C(root=) is refused), no empty C(rootfstype=) or C(init=), a command line that fits the
+    kernel's C(COMMAND_LINE_SIZE) of the device's architecture (2048 bytes on arm64 and x86) with
+    room for what the bootloader adds (256 characters for L4TLauncher's platform arguments; U-Boot's
+    extlinux parser holds 1024 bytes), well-formed C(isolcpus=) (flags C(nohz), C(domain),
+    C(managed_irq)), C(nohz_full=), C(rcu_nocbs=) and C(irqaffinity=) CPU lists (every
+    C(isolcpus=) and C(nohz_full=) naming the same CPUs), printable ASCII only, and no shell or
+    bootloader expansion (command substitution, backticks, C(${...}) or C($name) other than L4T's own
+    C(${cbootargs})).
+    The file may hold no control character. A refusal names the file, the reason and what to do,
+    and leaves the files and their backups as they were.
   - A key=value in O(args) replaces every occurrence of that key (first one kept in place, later
     duplicates removed). Several O(args) with the same key (for example two C(console=)) replace
     that key's occurrences together. A bare flag is appended when that exact token is missing.
@@ -36,6 +50,7 @@ options:
     description:
       - Kernel arguments that must be set, each one token (C(key=value) or a bare flag).
         Double quotes may enclose whitespace, as the kernel allows (C(key="a b")).
+      - A list; a string is refused, not split at commas (C(isolcpus=1,2) is one argument).
     type: list
     elements: str
     default: []
@@ -44,6 +59,7 @@ options:
       - Kernel arguments to remove. A bare key removes every token with that key
         (C(isolcpus) removes C(isolcpus=1-3)); C(key=value) removes only exact matches.
       - A key may not be both in O(args) and O(absent).
+      - A list; a string is refused, not split at commas.
     type: list
     elements: str
     default: []
@@ -55,6 +71,8 @@ options:
         C(/etc/default/u-boot) with C(u-boot-update) on PATH give C(uboot_menu);
         C(/etc/default/grub) with C(update-grub) or C(grub-mkconfig) gives C(grub);
         C(/boot/extlinux/extlinux.conf) alone gives C(extlinux).
+      - When the file of the bootloader given here does not exist (C(grub) on a Jetson), the
+        module fails naming the bootloader the board uses.
     type: str
     choices: [extlinux, armbian, uboot_menu, grub]
   path:
@@ -89,7 +107,9 @@ options:
   backup:
     description:
       - Copy each file to C(<path>.edgetune-<UTC timestamp>.bak) before changing it. The three
-        newest backups per file are kept.
+        newest backups per file are kept. The backup is made once the new content is ready
+        beside the file and removed again when the write fails (for example an immutable file)
+        or the run is rolled back; older backups are removed only after a successful run.
     type: bool
     default: true
   cmdline_path:
@@ -246,14 +266,16 @@ diff:
 # Ansible modules keep DOCUMENTATION first, hence the E402 waivers.
 import os  # noqa: E402
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule, _load_params  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_bootfile import (  # noqa: E402
     BOOTLOADERS,
     _read,
     default_path,
     detect_bootloader,
+    guard_plans,
     plan_files,
     plan_managed,
+    require_boot_file,
 )
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import (  # noqa: E402
     args_satisfied,
@@ -262,7 +284,15 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import
     split_cmdline,
     validate_args,
 )
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import (  # noqa: E402
+    atomic_write,
+    prune_backups,
+    remove_quietly,
+)
+
+# The options that are lists. AnsibleModule would turn a string into a list
+# by splitting it at commas ("isolcpus=1,2" -> two arguments): refused instead.
+LIST_OPTIONS = ("args", "absent", "extra_paths", "update_command", "keep")
 
 
 class ModuleFailure(Exception):
@@ -305,24 +335,66 @@ def _restore(written):
     return failed
 
 
+def list_option(params, name):
+    """The list option ``name``; TypeError for a string (never split) or another non-list."""
+    value = params.get(name)
+    if value is None:
+        return []
+    if isinstance(value, str):
+        raise TypeError(
+            f"{name} must be a list of strings, not the string {value!r}: write it as a YAML list "
+            f"({name}: [{value}]); a string is not split at commas, since isolcpus=1,2 is one argument")
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{name} must be a list of strings, not {type(value).__name__} {value!r}")
+    return list(value)
+
+
+def drop_backups(backups):
+    """Remove the backups this run made (the files are as they were): nothing rotated, nothing added."""
+    for backup_path in backups.values():
+        if backup_path:
+            remove_quietly(backup_path)
+
+
 def write_plans(changed, backup):
-    """Write every changed file; on an error put back the ones already written."""
+    """Write every changed file; on an error put back the ones already written.
+
+    Old backups are not pruned here (see finish_backups): a failure leaves the
+    backups as they were, the ones this run made are removed again."""
     backups = {}
     written = []
+    created = []
     try:
         for plan in changed:
             directory = os.path.dirname(plan.path)
             if directory and not os.path.isdir(directory):
                 os.makedirs(directory, 0o755)  # e.g. /etc/default/grub.d
-            backups[plan.path] = atomic_write(plan.path, plan.after, backup=backup)
+                created.append(directory)
+            backups[plan.path] = atomic_write(plan.path, plan.after, backup=backup, prune=False)
             written.append((plan.path, plan.before))
     except OSError as exc:
         not_restored = _restore(written)
-        raise ModuleFailure(
-            f"writing {plan.path} failed: {exc}; files written before it were restored",
-            not_restored=not_restored,
-        ) from exc
+        for directory in reversed(created):
+            try:
+                os.rmdir(directory)  # only if still empty
+            except OSError:
+                pass
+        if not_restored:
+            msg = (f"writing {plan.path} failed: {exc}; putting back {', '.join(not_restored)} failed too, "
+                   f"their backups are {', '.join(str(backups.get(p)) for p in not_restored)}")
+        else:
+            drop_backups(backups)
+            msg = (f"writing {plan.path} failed: {exc}; nothing was changed (files written before it were "
+                   "restored, no backup added or removed)")
+        raise ModuleFailure(msg, not_restored=not_restored) from exc
     return backups, written
+
+
+def finish_backups(backups):
+    """After a successful run: keep the newest backups of each file written."""
+    for path, backup_path in backups.items():
+        if backup_path:
+            prune_backups(os.path.realpath(path))
 
 
 def verify_read_back(plans, backups, bootloader, args, absent, extra_paths, fallback, running):
@@ -340,35 +412,43 @@ def verify_read_back(plans, backups, bootloader, args, absent, extra_paths, fall
 
 
 def run_module(params, check_mode=False, want_diff=False, run_command=None,
-               find_command=None, root="/"):
-    """Read, plan, write (unless check mode), update, read back; return the result dict.
+               find_command=None, root="/", machine=None):
+    """Read, plan, check, write (unless check mode), update, read back; return the result dict.
 
     ``run_command(argv) -> (rc, stdout, stderr)`` and ``find_command(name) -> path or None``
-    come from AnsibleModule; ``root`` lets tests detect the bootloader in a fixture tree.
+    come from AnsibleModule; ``root`` lets tests detect the bootloader in a fixture tree;
+    ``machine`` is the architecture the command line length is checked for (None: this
+    device's, os.uname().machine).
     """
-    args = list(params.get("args") or [])
-    absent = list(params.get("absent") or [])
+    args = list_option(params, "args")
+    absent = list_option(params, "absent")
     validate_args(args, absent)
-    extra_paths = list(params.get("extra_paths") or [])
+    extra_paths = list_option(params, "extra_paths")
+    keep = list_option(params, "keep")
+    update_command = list_option(params, "update_command")
     fallback = params.get("fallback", True)
     bootloader = params.get("bootloader") or detect_bootloader(find_command, root)
     if extra_paths and bootloader != "extlinux":
         raise ValueError("extra_paths is only for bootloader=extlinux")
     path = params.get("path") or default_path(bootloader, root)
+    require_boot_file(bootloader, path, find_command, root)
 
     cmdline_path = params.get("cmdline_path") or "/proc/cmdline"
     running = split_cmdline(_read(cmdline_path))
-    managed = plan_managed(bootloader, path, args, absent, params.get("record"), params.get("keep") or (),
+    managed = plan_managed(bootloader, path, args, absent, params.get("record"), keep,
                            extra_paths, fallback, running)
     args, absent, plans = managed.args, managed.absent, managed.plans
     changed = [plan for plan in plans if plan.after != plan.before]
+    # The whole entry, before anything is written (check mode too): a refusal
+    # leaves every file and backup as it is.
+    guard_plans(bootloader, changed, machine)
     record = managed.record
     record_changed = record is not None and record.after != record.before
 
     update_argv = None
     if changed and bootloader in ("uboot_menu", "grub"):
         # Found before writing, so a missing tool leaves the files untouched.
-        update_argv = params.get("update_command") or default_update_command(
+        update_argv = update_command or default_update_command(
             bootloader, find_command)
 
     backups = {}
@@ -378,12 +458,15 @@ def run_module(params, check_mode=False, want_diff=False, run_command=None,
             rc, stdout, stderr = run_command(update_argv)
             if rc != 0:
                 not_restored = _restore(written)
+                if not not_restored:
+                    drop_backups(backups)
                 raise ModuleFailure(
                     f"{' '.join(update_argv)} failed (rc={rc}); the edited files were "
-                    "restored to their previous content",
+                    "restored to their previous content" + ("" if not_restored else " (no backup added or removed)"),
                     rc=rc, stdout=stdout, stderr=stderr, not_restored=not_restored,
                 )
         verify_read_back(plans, backups, bootloader, args, absent, extra_paths, fallback, running)
+        finish_backups(backups)
     if record_changed and not check_mode:
         # After the boot files: a record never names args the files do not hold.
         write_plans([record], backup=False)
@@ -414,6 +497,11 @@ def run_module(params, check_mode=False, want_diff=False, run_command=None,
 
 
 def main():
+    # Read before AnsibleModule, whose list type splits a string at commas
+    # (ansible-core documents _load_params for modules that look at their raw
+    # parameters; validate-modules' stand-in returns None).
+    raw = _load_params() or {}
+    strings = [name for name in LIST_OPTIONS if isinstance(raw.get(name), str)]
     module = AnsibleModule(
         argument_spec={
             "args": {"type": "list", "elements": "str", "default": []},
@@ -431,6 +519,8 @@ def main():
         supports_check_mode=True,
     )
     try:
+        for name in strings:
+            list_option(raw, name)  # raises the TypeError that names the option
         result = run_module(
             module.params,
             check_mode=module.check_mode,

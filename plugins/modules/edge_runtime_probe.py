@@ -54,6 +54,8 @@ options:
         default: ''
 notes:
   - The probes start transient units in the slice; systemd loads the slice if no unit file defines it yet.
+    Slices that were not active before the probes (the slice and the slices it is nested in) are
+    stopped again afterwards, so that a probe leaves no cgroup behind.
     Nothing is written to disk, and the units are collected when they exit.
 attributes:
   check_mode:
@@ -85,6 +87,12 @@ port:
   returned: always
   type: dict
   sample: {free: false, ours: false, holders: [{pid: 812, comm: python3, unit: other.service}]}
+stopped_slices:
+  description: The slices the probes started (inactive before) and that were stopped again, deepest first.
+  returned: when O(sched) is given
+  type: list
+  elements: str
+  sample: [ai-infer.slice, ai.slice]
 fifo:
   description: C(ok) and, when refused, C(reason) and C(exit_status). Null without O(sched) or for policy other.
   returned: always
@@ -122,6 +130,35 @@ def transient(module, slice_name, properties, argv):
     for prop in properties:
         command += ["-p", prop]
     return module.run_command(command + argv)
+
+
+def slice_chain(slice_name):
+    """The slice and the slices systemd nests it in, deepest first: ai-infer.slice -> [ai-infer.slice, ai.slice]."""
+    stem = slice_name[:-len(".slice")] if slice_name.endswith(".slice") else ""
+    parts = stem.split("-") if stem and stem != "-" else []
+    return ["-".join(parts[:i]) + ".slice" for i in range(len(parts), 0, -1)]
+
+
+def inactive_slices(module, slice_name):
+    """The slices of the chain that are not active now (a probe's transient unit starts them)."""
+    systemctl = module.get_bin_path("systemctl", required=True)
+    found = []
+    for name in slice_chain(slice_name):
+        rc, out, _err = module.run_command([systemctl, "show", "--property=ActiveState", "--value", name])
+        if rc == 0 and out.strip() != "active":
+            found.append(name)
+    return found
+
+
+def stop_slices(module, names):
+    """Stop again the slices the probes started (deepest first), so that a probe leaves no cgroup behind."""
+    systemctl = module.get_bin_path("systemctl", required=True)
+    stopped = []
+    for name in names:
+        rc, _out, _err = module.run_command([systemctl, "stop", name])
+        if rc == 0:
+            stopped.append(name)
+    return stopped
 
 
 def probe_cgroup(module, slice_name):
@@ -218,8 +255,12 @@ def main():
     if sched:
         if not 1 <= sched["priority"] <= 99:
             module.fail_json(msg="sched.priority %d is not an RT priority (1-99)" % sched["priority"])
-        result["fifo"] = probe_fifo(module, sched)
-        result["affinity"] = probe_affinity(module, sched, online)
+        started = inactive_slices(module, sched["slice"]) if sched["policy"] != "other" or sched["cpus"] else []
+        try:
+            result["fifo"] = probe_fifo(module, sched)
+            result["affinity"] = probe_affinity(module, sched, online)
+        finally:
+            result["stopped_slices"] = stop_slices(module, started)
     module.exit_json(**result)
 
 

@@ -26,7 +26,7 @@ def fails(**changes):
     with pytest.raises(AnsibleFilterError) as info:
         plugin.edge_cgroups_plan(settings(**changes))
     message = str(info.value)
-    assert message.startswith("Invalid slice settings, nothing was changed: ")
+    assert message.startswith("Invalid slice settings (edge_cgroups changed nothing): ")
     return message
 
 

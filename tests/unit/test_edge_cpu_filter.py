@@ -16,8 +16,8 @@ AnsibleFilterError = pytest.importorskip("ansible.errors", reason="needs ansible
 
 
 from ansible_collections.edgetune.fleet.plugins.filter import edge_cpu_partition as plugin  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_cpulist as cpulist  # noqa: E402
 partition = plugin.edge_cpu_partition
-cpulist = plugin.cpulist
 
 PROFILES = {
     "orin-nx-16gb": {"clusters": [[0, 1, 2, 3], [4, 5, 6, 7]], "inference_clusters": [1]},

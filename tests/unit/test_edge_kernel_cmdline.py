@@ -1,13 +1,17 @@
 """Unit tests for plugins/modules/edge_kernel_cmdline.py on fixture trees under tmp_path."""
+import errno
 import json
 import os
 import shutil
 import stat
 import subprocess
+import tempfile
 from pathlib import Path
 
 import edge_kernel_cmdline as module
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import FALLBACK_LABEL, plan_extlinux
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write, backup_files
@@ -68,11 +72,12 @@ def calls(log):
     return log.read_text().splitlines() if log.exists() else []
 
 
-def run(root, check_mode=False, want_diff=False, find_command=no_command, **overrides):
+def run(root, check_mode=False, want_diff=False, find_command=no_command, machine="aarch64", **overrides):
     if "cmdline_path" not in overrides:
         overrides["cmdline_path"] = str(cmdline_file(root))
     return module.run_module(params(**overrides), check_mode=check_mode, want_diff=want_diff,
-                             run_command=run_command, find_command=find_command, root=str(root))
+                             run_command=run_command, find_command=find_command, root=str(root),
+                             machine=machine)
 
 
 # ---------------------------------------------------------------------------
@@ -542,3 +547,370 @@ def test_main_invalid_args(tmp_path, capsys):
                                "args": ["isolcpus=1"], "absent": ["isolcpus"]})
     assert result["failed"] is True
     assert "both in args and absent" in result["msg"]
+
+
+# ---------------------------------------------------------------------------
+# The boot check: every refusal leaves the file and its backups byte-identical
+# ---------------------------------------------------------------------------
+
+ARMBIAN = "boot/armbianEnv.txt"
+KERNEL_CMDLINE = "etc/kernel/cmdline"
+L4T_R35_ROOT = "root=PARTUUID=3c8a7b6e-1f2d-4a5b-9c0d-e1f2a3b4c5d6"
+L4T_R36_ROOT = "root=PARTUUID=4b8a73c4-0b3e-4bd5-9a3c-6c2d1e0f9a87"
+
+
+def seed_backups(target, count=3):
+    """The backups earlier runs left next to ``target`` (as many as are kept)."""
+    for day in range(1, count + 1):
+        old = target.parent / f"{target.name}.edgetune-202401{day:02d}T000000.000000Z.bak"
+        old.write_bytes(target.read_bytes().replace(b"\n", b" \n", day))
+    assert len(backup_files(str(target))) == count
+
+
+def dir_state(directory):
+    """Every file in the directory: name, bytes, mtime and mode (temp files and backups included)."""
+    return {entry.name: snapshot(entry) for entry in sorted(directory.iterdir()) if entry.is_file()}
+
+
+REFUSALS = [
+    # id, fixture, where it goes, bootloader, parameters, the reason in the message
+    ("l4t-absent-root", "extlinux_r35_agx_orin.conf", EXTLINUX, "extlinux", {"absent": ["root"]},
+     "would have no root="),
+    ("l4t-absent-exact-root", "extlinux_r36_orin_nx.conf", EXTLINUX, "extlinux", {"absent": [L4T_R36_ROOT]},
+     "would have no root="),
+    ("l4t-empty-root", "extlinux_r36_orin_nx.conf", EXTLINUX, "extlinux", {"args": ["root="]},
+     "without a root device"),
+    ("armbian-empty-root", "armbianEnv_rock5b.txt", ARMBIAN, "armbian", {"args": ["root="]},
+     "rootdev= in armbianEnv.txt"),
+    ("armbian-quoted-empty-root", "armbianEnv_no_extraargs.txt", ARMBIAN, "armbian", {"args": ['root=""']},
+     "without a root device"),
+    ("uboot-empty-root", "kernel_cmdline", KERNEL_CMDLINE, "uboot_menu", {"args": ["root="]},
+     "without a root device"),
+    ("l4t-empty-init", "extlinux_r35_agx_orin.conf", EXTLINUX, "extlinux", {"args": ["init="]}, "init= is empty"),
+    ("l4t-5000-characters", "extlinux_r36_orin_nx.conf", EXTLINUX, "extlinux", {"args": ["x=" + "a" * 5000]},
+     "over the 2047 that fit"),
+    ("armbian-5000-characters", "armbianEnv_rock5b.txt", ARMBIAN, "armbian", {"args": ["x=" + "a" * 5000]},
+     "over the 2047 that fit"),
+    ("l4t-over-by-the-platform-arguments", "extlinux_r36_orin_nx.conf", EXTLINUX, "extlinux",
+     {"args": ["x=" + "a" * 1600]}, "plus up to 256 for the platform arguments"),
+    ("uboot-over-the-u-boot-buffer", "kernel_cmdline", KERNEL_CMDLINE, "uboot_menu", {"args": ["x=" + "a" * 900]},
+     "U-Boot's extlinux parser"),
+    ("isolcpus-unknown-flag", "extlinux_r35_agx_orin.conf", EXTLINUX, "extlinux",
+     {"args": ["isolcpus=nohz,domian,4-7"]}, "unknown flag 'domian'"),
+    ("isolcpus-no-cpu-list", "armbianEnv_rock5b.txt", ARMBIAN, "armbian", {"args": ["isolcpus=managed_irq,domain"]},
+     "no CPU list"),
+    ("nohz_full-bad-list", "extlinux_r36_orin_nx.conf", EXTLINUX, "extlinux", {"args": ["nohz_full=4-7,"]},
+     "not a CPU number"),
+    ("rcu_nocbs-N", "extlinux_r36_orin_nx.conf", EXTLINUX, "extlinux", {"args": ["rcu_nocbs=4-N"]},
+     "newer than the 5.10"),
+    ("irqaffinity-empty", "armbianEnv_rock5b.txt", ARMBIAN, "armbian", {"args": ["irqaffinity="]},
+     "CPU list is empty"),
+    ("isolcpus-nohz_full-differ", "extlinux_r35_agx_orin.conf", EXTLINUX, "extlinux",
+     {"args": ["isolcpus=domain,4-7", "nohz_full=5-7"]}, "name different CPUs"),
+    ("nul-in-an-argument", "extlinux_r35_agx_orin.conf", EXTLINUX, "extlinux", {"args": ["quiet\x00"]},
+     "U+0000 (NUL)"),
+    ("newline-in-an-argument", "armbianEnv_rock5b.txt", ARMBIAN, "armbian", {"args": ['dyndbg="a\nb"']},
+     "U+000A (newline)"),
+    ("nul-already-in-the-file", "extlinux_r35_nul.conf", EXTLINUX, "extlinux", {"args": ["quiet"]},
+     "line 11 of the file contains the control character U+0000 (NUL)"),
+    ("cmdsubst-already-in-the-file", "extlinux_r36_cmdsubst.conf", EXTLINUX, "extlinux", {"args": ["quiet"]},
+     "'systemd.hostname=$(cat' holds a command substitution"),
+    ("cmdsubst-argument", "armbianEnv_rock5b.txt", ARMBIAN, "armbian", {"args": ["x=$(reboot)"]},
+     "command substitution"),
+    ("variable-argument", "extlinux_r36_orin_nx.conf", EXTLINUX, "extlinux", {"args": ["x=${HOME}"]},
+     "${...} variable"),
+    ("backtick-argument", "kernel_cmdline", KERNEL_CMDLINE, "uboot_menu", {"args": ["x=`id`"]},
+     "command substitution"),
+]
+
+
+@pytest.mark.parametrize("check_mode", [False, True], ids=["apply", "check"])
+@pytest.mark.parametrize("fixture_name, relative, bootloader, overrides, reason",
+                         [case[1:] for case in REFUSALS], ids=[case[0] for case in REFUSALS])
+def test_refusal_leaves_the_file_and_its_backups_byte_identical(
+        tmp_path, fixture_name, relative, bootloader, overrides, reason, check_mode):
+    target = install(tmp_path, fixture_name, relative)
+    seed_backups(target)
+    before = dir_state(target.parent)
+    update, log = fake_update(tmp_path)
+    with pytest.raises(ValueError) as refused:
+        run(tmp_path, check_mode=check_mode, bootloader=bootloader, update_command=update, **overrides)
+    message = str(refused.value)
+    assert message.startswith(f"{target}: refusing the planned default entry"), message
+    assert reason in message, message
+    assert "the file and its backups are unchanged" in message
+    assert dir_state(target.parent) == before
+    assert calls(log) == []
+
+
+def test_refused_grub_dropin_is_not_created(tmp_path):
+    install(tmp_path, "grub_default", "etc/default/grub")
+    before = dir_state(tmp_path / "etc/default")
+    with pytest.raises(ValueError, match=r"99-edgetune.cfg: refusing .*root= leaves the kernel without a root"):
+        run(tmp_path, bootloader="grub", args=["root="], update_command=["true"])
+    assert dir_state(tmp_path / "etc/default") == before
+    assert not (tmp_path / "etc/default/grub.d").exists()
+
+
+def test_the_bootloaders_own_variable_is_kept(tmp_path):
+    conf = install(tmp_path, "extlinux_r36_orin_nx.conf", EXTLINUX)
+    result = run(tmp_path, bootloader="extlinux", args=["isolcpus=managed_irq,domain,4-7", "nohz_full=4-7"])
+    assert result["changed"] is True
+    assert default_append(conf)[0] == "${cbootargs}"
+
+
+def test_jetsonio_entry_without_root_stays_as_found(tmp_path):
+    """jetson-io's APPEND ${cbootargs} alone: edgetune neither judges nor changes where its root comes from."""
+    conf = install(tmp_path, "extlinux_jetsonio_default.conf", EXTLINUX)
+    result = run(tmp_path, bootloader="extlinux", args=["isolcpus=managed_irq,domain,4-7"])
+    assert result["persisted"] == ["isolcpus=managed_irq,domain,4-7"]
+    before = dir_state(conf.parent)
+    with pytest.raises(ValueError, match="without a root device"):
+        run(tmp_path, bootloader="extlinux", args=["isolcpus=managed_irq,domain,4-7", "root="])
+    assert dir_state(conf.parent) == before
+
+
+@pytest.mark.parametrize("fixture_name, relative, bootloader, overrides, written", [
+    ("extlinux_r35_agx_orin.conf", EXTLINUX, "extlinux", {"absent": ["root"]},
+     lambda text, persisted: not any(t.startswith("root=") for t in persisted) and L4T_R35_ROOT in text),
+    ("armbianEnv_rock5b.txt", ARMBIAN, "armbian", {"args": ["root="]},
+     lambda text, persisted: "extraargs=cma=256M root=\n" in text and persisted[-1] == "root="),
+    ("extlinux_r36_orin_nx.conf", EXTLINUX, "extlinux", {"args": ["x=" + "a" * 5000]},
+     lambda text, persisted: persisted[-1] == "x=" + "a" * 5000),
+    ("extlinux_r36_cmdsubst.conf", EXTLINUX, "extlinux", {"args": ["quiet"]},
+     lambda text, persisted: persisted[-3:] == ["systemd.hostname=$(cat", "/etc/hostname)", "quiet"]),
+], ids=["l4t-root-removed", "armbian-empty-root", "too-long", "cmdsubst-kept"])
+def test_without_the_guard_the_unbootable_entry_would_be_written(
+        tmp_path, monkeypatch, fixture_name, relative, bootloader, overrides, written):
+    """Not vacuous: with the check replaced by a no-op the same run writes the entry it refused
+    (for L4T the old root= survives only in the fallback label)."""
+    target = install(tmp_path, fixture_name, relative)
+    with pytest.raises(ValueError, match="refusing the planned default entry"):
+        run(tmp_path, bootloader=bootloader, **overrides)
+    monkeypatch.setattr(module, "guard_plans", lambda *_args, **_kwargs: None)
+    result = run(tmp_path, bootloader=bootloader, **overrides)
+    assert result["changed"] is True
+    persisted = module.plan_files(bootloader, str(target), [], [])[0].persisted
+    assert written(target.read_text(), persisted), persisted
+
+
+def test_property_fails_without_the_guard(monkeypatch):
+    """The property below finds an unbootable entry once the check is gone."""
+    monkeypatch.setattr(module, "guard_plans", lambda *_args, **_kwargs: None)
+    with pytest.raises(AssertionError):
+        test_property_no_intent_writes_an_entry_without_a_usable_root()
+
+
+# ---------------------------------------------------------------------------
+# A write the file system refuses (an immutable boot file): no backup added or rotated
+# ---------------------------------------------------------------------------
+
+def refuse_rename_onto(monkeypatch, target):
+    """os.rename fails with EPERM onto ``target``, as it does onto a chattr +i file."""
+    real_rename = os.rename
+    target = os.path.realpath(str(target))
+
+    def rename(src, dst, *args, **kwargs):
+        if os.path.realpath(str(dst)) == target:
+            raise PermissionError(errno.EPERM, "Operation not permitted", str(dst))
+        return real_rename(src, dst, *args, **kwargs)
+    monkeypatch.setattr(os, "rename", rename)
+
+
+def test_refused_write_adds_no_backup_and_removes_none(tmp_path, monkeypatch):
+    conf = install(tmp_path, "extlinux_r35_agx_orin.conf", EXTLINUX)
+    seed_backups(conf)
+    before = dir_state(conf.parent)
+    refuse_rename_onto(monkeypatch, conf)
+    with pytest.raises(module.ModuleFailure, match=r"Operation not permitted.*nothing was changed.*no backup added"):
+        run(tmp_path, bootloader="extlinux", args=["isolcpus=4-7"])
+    assert dir_state(conf.parent) == before
+
+
+def test_immutable_boot_file(tmp_path):
+    """The same with a real immutable file, where the file system supports it (root, ext4)."""
+    chattr = shutil.which("chattr")
+    conf = install(tmp_path, "extlinux_r35_agx_orin.conf", EXTLINUX)
+    seed_backups(conf)
+    if not chattr or subprocess.run([chattr, "+i", str(conf)], capture_output=True, check=False).returncode:
+        pytest.skip("chattr +i is not possible here (needs root and a file system with the flag)")
+    try:
+        before = dir_state(conf.parent)
+        with pytest.raises(module.ModuleFailure, match="Operation not permitted"):
+            run(tmp_path, bootloader="extlinux", args=["isolcpus=4-7"])
+        assert dir_state(conf.parent) == before
+    finally:
+        subprocess.run([chattr, "-i", str(conf)], check=True)
+
+
+def test_second_file_refused_restores_the_first_and_its_backups(tmp_path, monkeypatch):
+    slot_a = install(tmp_path, "extlinux_r36_orin_nx.conf", EXTLINUX)
+    slot_b = install(tmp_path, "extlinux_r35_agx_orin.conf", "mnt/slot_b/" + EXTLINUX)
+    seed_backups(slot_a)
+    seed_backups(slot_b)
+    before_a, before_b = dir_state(slot_a.parent), dir_state(slot_b.parent)
+    refuse_rename_onto(monkeypatch, slot_b)
+    with pytest.raises(module.ModuleFailure, match="restored, no backup added or removed"):
+        run(tmp_path, bootloader="extlinux", args=["quiet"], extra_paths=[str(slot_b)])
+    assert dir_state(slot_b.parent) == before_b
+    # slot a was written and put back (a new mtime), its backups are as they were.
+    after_a = dir_state(slot_a.parent)
+    assert sorted(after_a) == sorted(before_a)
+    assert {name: state[0] for name, state in after_a.items()} == {name: state[0] for name, state in before_a.items()}
+
+
+def test_refused_new_dropin_leaves_no_directory(tmp_path, monkeypatch):
+    install(tmp_path, "grub_default", "etc/default/grub")
+    before = dir_state(tmp_path / "etc/default")
+    refuse_rename_onto(monkeypatch, tmp_path / "etc/default/grub.d/99-edgetune.cfg")
+    with pytest.raises(module.ModuleFailure, match="nothing was changed"):
+        run(tmp_path, bootloader="grub", args=["quiet"], update_command=["true"])
+    assert dir_state(tmp_path / "etc/default") == before
+    assert not (tmp_path / "etc/default/grub.d").exists()
+
+
+def test_failed_update_command_leaves_the_backups(tmp_path):
+    cmdline = install(tmp_path, "kernel_cmdline", KERNEL_CMDLINE)
+    seed_backups(cmdline)
+    before = {name: state[0] for name, state in dir_state(cmdline.parent).items()}
+    update, _log = fake_update(tmp_path, rc=2)
+    with pytest.raises(module.ModuleFailure, match="no backup added or removed"):
+        run(tmp_path, bootloader="uboot_menu", args=["quiet"], update_command=update)
+    assert {name: state[0] for name, state in dir_state(cmdline.parent).items()} == before
+
+
+def test_successful_run_keeps_the_three_newest_backups(tmp_path):
+    conf = install(tmp_path, "extlinux_r35_agx_orin.conf", EXTLINUX)
+    seed_backups(conf)
+    oldest = backup_files(str(conf))[0]
+    result = run(tmp_path, bootloader="extlinux", args=["quiet"])
+    kept = backup_files(str(conf))
+    assert len(kept) == 3 and oldest not in kept and result["backup_file"] == kept[-1]
+
+
+# ---------------------------------------------------------------------------
+# Clear messages: undecodable files, strings for lists, the wrong bootloader
+# ---------------------------------------------------------------------------
+
+def test_non_utf8_file_is_named(tmp_path):
+    """The Rock 5B file as a Windows editor saves it: UTF-16 with a byte order mark (ff fe)."""
+    env = install(tmp_path, "armbianEnv_rock5b.txt", ARMBIAN)
+    env.write_bytes(b"\xff\xfe" + env.read_text().encode("utf-16-le"))
+    seed_backups(env)
+    before = dir_state(env.parent)
+    with pytest.raises(ValueError) as refused:
+        run(tmp_path, bootloader="armbian", args=["quiet"])
+    assert str(refused.value).startswith(f"{env} is not UTF-8 text: byte 0xff on line 1 (offset 0)")
+    assert "armbianEnv.txt.edgetune-*.bak" in str(refused.value)
+    assert dir_state(env.parent) == before
+
+
+def test_non_utf8_byte_further_in_names_its_line(tmp_path):
+    env = install(tmp_path, "armbianEnv_rock5b.txt", ARMBIAN)
+    env.write_bytes(env.read_bytes().replace(b"console=both", b"console=b\xf6th"))
+    with pytest.raises(ValueError, match=r"byte 0xf6 on line 3 \(offset 36\)"):
+        run(tmp_path, args=["quiet"])
+
+
+@pytest.mark.parametrize("name", ["args", "absent", "keep", "extra_paths", "update_command"])
+def test_run_module_refuses_a_string_for_a_list(tmp_path, name):
+    conf = install(tmp_path, "extlinux_r35_agx_orin.conf", EXTLINUX)
+    before = dir_state(conf.parent)
+    with pytest.raises(TypeError, match=f"{name} must be a list of strings, not the string 'isolcpus=1,2'"):
+        run(tmp_path, bootloader="extlinux", **{name: "isolcpus=1,2"})
+    assert dir_state(conf.parent) == before
+
+
+@pytest.mark.parametrize("name, value", [("args", "isolcpus=1,2"), ("absent", "root"), ("args", "quiet")])
+def test_main_refuses_a_string_before_ansible_splits_it(tmp_path, capsys, name, value):
+    conf = install(tmp_path, "extlinux_r35_agx_orin.conf", EXTLINUX)
+    before = dir_state(conf.parent)
+    result = run_main(capsys, {"bootloader": "extlinux", "path": str(conf), name: value,
+                               "cmdline_path": str(cmdline_file(tmp_path))})
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"{name} must be a list of strings, not the string {value!r}")
+    assert "not split at commas" in result["msg"]
+    assert dir_state(conf.parent) == before
+
+
+def test_main_accepts_a_list(tmp_path, capsys):
+    conf = install(tmp_path, "extlinux_r35_agx_orin.conf", EXTLINUX)
+    result = run_main(capsys, {"bootloader": "extlinux", "path": str(conf), "args": ["isolcpus=1,2"],
+                               "cmdline_path": str(cmdline_file(tmp_path)), "_ansible_check_mode": True})
+    assert result["changed"] is True and result["persisted"][-1] == "isolcpus=1,2"
+
+
+def jetson(root):
+    install(root, "extlinux_r36_orin_nx.conf", EXTLINUX)
+    (root / "etc").mkdir(exist_ok=True)
+    (root / "etc/nv_tegra_release").write_text("# R36 (release), REVISION: 4.3\n")
+
+
+@pytest.mark.parametrize("bootloader, missing", [
+    ("grub", "etc/default/grub"), ("armbian", "boot/armbianEnv.txt"), ("uboot_menu", "etc/default/u-boot")])
+def test_requested_bootloader_missing_names_the_one_the_board_uses(tmp_path, bootloader, missing):
+    jetson(tmp_path)
+    with pytest.raises(ValueError) as refused:
+        run(tmp_path, bootloader=bootloader, args=["quiet"])
+    assert str(refused.value) == (
+        f"bootloader={bootloader} was asked for, but {tmp_path / missing} does not exist on this board, which "
+        f"boots with extlinux ({tmp_path / EXTLINUX}): set bootloader: extlinux, or leave bootloader unset "
+        "to detect it")
+
+
+def test_requested_bootloader_missing_on_a_board_without_any(tmp_path):
+    with pytest.raises(ValueError, match=r"extlinux.conf does not exist, and this board has none .*looked for"):
+        run(tmp_path, bootloader="extlinux", args=["quiet"])
+
+
+def test_given_path_missing_names_the_boards_file(tmp_path):
+    jetson(tmp_path)
+    wrong = tmp_path / "boot/extlinux/extlinux.cfg"
+    with pytest.raises(ValueError) as refused:
+        run(tmp_path, bootloader="extlinux", path=str(wrong), args=["quiet"])
+    assert str(refused.value) == (f"{wrong} does not exist; this board's extlinux file is {tmp_path / EXTLINUX}: "
+                                  "correct the path, or leave it unset")
+
+
+# ---------------------------------------------------------------------------
+# Property: no args/absent lists give an L4T or Armbian default entry without a usable root
+# ---------------------------------------------------------------------------
+
+def usable_root(tokens):
+    roots = [t for t in tokens if t.split("=", 1)[0].strip('"') == "root" and "=" in t]
+    return bool(roots) and roots[-1].split("=", 1)[1].strip('"').strip() != ""
+
+
+_WORDS = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_.-", min_size=1, max_size=8)
+_ARGS = st.one_of(
+    st.sampled_from(["root=", 'root=""', '"root="', 'root=" "', "root", "root=/dev/nvme0n1p1", "root=PARTUUID=x",
+                     "rootwait", "rootfstype=", "rootfstype=ext4", "init=", "rw", "ro", "quiet", "rootdev=",
+                     "isolcpus=4-7", "cma=256M"]),
+    _WORDS, st.builds(lambda k, v: f"{k}={v}", _WORDS, _WORDS))
+_ABSENT = st.one_of(
+    st.sampled_from(["root", "rootwait", "rootfstype", "rootdev", "rw", "cma", "cma=256M", L4T_R35_ROOT,
+                     L4T_R36_ROOT, "root=UUID=7d2b6a31-5c4e-4f8a-9b1d-2e3f4a5b6c7d", "console"]),
+    _WORDS)
+ROOTED_LAYOUTS = [("extlinux_r35_agx_orin.conf", EXTLINUX, "extlinux"),
+                  ("extlinux_r36_orin_nx.conf", EXTLINUX, "extlinux"),
+                  ("armbianEnv_rock5b.txt", ARMBIAN, "armbian"),
+                  ("armbianEnv_no_extraargs.txt", ARMBIAN, "armbian")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(layout=st.sampled_from(ROOTED_LAYOUTS), args=st.lists(_ARGS, max_size=5), absent=st.lists(_ABSENT, max_size=3),
+       fallback=st.booleans())
+def test_property_no_intent_writes_an_entry_without_a_usable_root(layout, args, absent, fallback):
+    fixture_name, relative, bootloader = layout
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        target = install(root, fixture_name, relative)
+        try:
+            result = run(root, bootloader=bootloader, args=args, absent=absent, fallback=fallback)
+        except (ValueError, TypeError):
+            result = None
+        # Whatever happened, the file as it is now gives the next boot a usable root.
+        now = module.plan_files(bootloader, str(target), [], [])[0].persisted
+        assert usable_root(now), (args, absent, now)
+        if result is not None:
+            assert usable_root(result["persisted"])

@@ -248,3 +248,26 @@ def test_probe_names_the_port_holder(capsys):
     assert result["port"]["free"] is False and "(pid %d" % os.getpid() in result["port"]["held_by"]
     assert result["fifo"] is None and result["affinity"] is None
     assert result["kernel_cpus"]
+
+
+def test_probe_stops_again_the_slices_it_started():
+    """A probe's transient unit starts its slice (and the slices above it): those that were not
+    active before are stopped again, so that a refused deploy leaves no cgroup behind."""
+    assert edge_runtime_probe.slice_chain("ai-infer.slice") == ["ai-infer.slice", "ai.slice"]
+    assert edge_runtime_probe.slice_chain("system.slice") == ["system.slice"]
+    assert edge_runtime_probe.slice_chain("-.slice") == []
+    calls = []
+
+    class Module(object):
+        def get_bin_path(self, name, required=False):
+            return "/bin/" + name
+
+        def run_command(self, argv):
+            calls.append(argv)
+            return 0, ("active\n" if argv[-1] == "ai.slice" else "inactive\n"), ""
+
+    module = Module()
+    started = edge_runtime_probe.inactive_slices(module, "ai-infer.slice")
+    assert started == ["ai-infer.slice"]
+    assert edge_runtime_probe.stop_slices(module, started) == ["ai-infer.slice"]
+    assert calls[-1] == ["/bin/systemctl", "stop", "ai-infer.slice"]

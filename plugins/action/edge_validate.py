@@ -1,0 +1,174 @@
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin edge_validate: the host's intent checked on the controller before any change.
+
+Gathers the host's edge_* variables (templated) and the board (ansible_facts.edge,
+edge_facts_profile), loads every role's meta/argument_specs.yml from the
+collection (found the way the collection_file lookup finds the collection's
+files), and runs plugins/module_utils/edge_intent.py's validate(). The
+documentation is plugins/modules/edge_validate.py.
+"""
+import os
+import shlex
+import shutil
+import subprocess
+
+import yaml
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.template import trust_as_template
+from ansible.utils.display import Display
+
+from ansible_collections.edgetune.fleet.plugins.lookup.collection_file import COLLECTION_ROOT, collection_path
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_intent
+
+display = Display()
+
+
+def load_specs(root=COLLECTION_ROOT):
+    """{role: main options} of every role's meta/argument_specs.yml, and the names the roles export."""
+    specs, exports = {}, set()
+    roles_dir = os.path.join(root, "roles")
+    for role in sorted(os.listdir(roles_dir)):
+        path = collection_path(os.path.join("roles", role, "meta", "argument_specs.yml"), must_exist=False)
+        if not os.path.isfile(path):
+            continue
+        with open(path) as handle:
+            doc = yaml.safe_load(handle) or {}
+        specs[role] = ((doc.get("argument_specs") or {}).get("main") or {}).get("options") or {}
+        readme = os.path.join(roles_dir, role, "meta", "readme.yml")
+        if os.path.isfile(readme):
+            with open(readme) as handle:
+                exports.update((yaml.safe_load(handle) or {}).get("exports") or {})
+        # Every role publishes its drift checks as edge_<role>_audit.
+        exports.add(role + "_audit")
+    return specs, sorted(e for e in exports if e.startswith("edge_"))
+
+
+def tensorrt_table():
+    path = collection_path("roles/edge_runtime/vars/main.yml", must_exist=False)
+    try:
+        with open(path) as handle:
+            return (yaml.safe_load(handle) or {}).get("__edge_runtime_tensorrt_by_l4t") or []
+    except OSError:
+        return []
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("roles", "warn_unknown"))
+
+    def __init__(self, *args, **kwargs):
+        super(ActionModule, self).__init__(*args, **kwargs)
+        self._supports_check_mode = True
+        self._calendar_where = None
+
+    # ------------------------------------------------------------ calendars
+    def _calendar_checker(self):
+        """A callable: None when systemd accepts the calendar, else systemd's complaint.
+
+        systemd-analyze on the controller when it has one; else on the device
+        (read-only: `systemd-analyze calendar` only parses); else not checked.
+        """
+        local = shutil.which("systemd-analyze")
+        if local:
+            version = subprocess.run([local, "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, check=False).stdout.split("\n", 1)[0].split(" (")[0]
+            self._calendar_where = "controller (%s)" % (version or "systemd-analyze")
+
+            def check(value):
+                done = subprocess.run([local, "calendar", value], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, check=False)
+                return None if done.returncode == 0 else _last_line(done.stderr, done.stdout)
+            return check
+
+        def on_device(value):
+            done = self._low_level_execute_command("systemd-analyze calendar %s" % shlex.quote(value), sudoable=False)
+            if done.get("rc") == 127 or "not found" in (done.get("stderr") or ""):
+                self._calendar_where = "not checked (no systemd-analyze on the controller or the device)"
+                return None
+            self._calendar_where = "device (read-only systemd-analyze calendar)"
+            return None if done.get("rc") == 0 else _last_line(done.get("stderr"), done.get("stdout"))
+        return on_device
+
+    # ------------------------------------------------------------ run
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        specs, exports = load_specs()
+        specs[edge_intent.PLAYBOOKS] = edge_intent.PLAYBOOK_OPTIONS
+        wanted = self._task.args.get("roles") or []
+        if isinstance(wanted, str):
+            wanted = [wanted]
+        unknown_roles = sorted(set(wanted) - set(specs))
+        if unknown_roles:
+            raise AnsibleActionFail("edge_validate: no role %s in %s (roles: %s)"
+                                    % (", ".join(unknown_roles), COLLECTION_ROOT, ", ".join(sorted(specs))))
+        roles = list(wanted) or sorted(specs)
+        warn_unknown = self._task.args.get("warn_unknown", not wanted)
+
+        values, problems = {}, []
+        for role in roles:
+            for name, spec in specs[role].items():
+                try:
+                    if name in task_vars:
+                        values[name] = self._templar.template(task_vars[name])
+                    elif isinstance(spec.get("default"), str) and "{{" in spec["default"]:
+                        values[name] = self._templar.template(trust_as_template(spec["default"]))
+                except Exception as exc:  # pylint: disable=broad-except
+                    values.pop(name, None)
+                    text = _last_line(str(exc))
+                    if "undefined" in text.lower() or "is not defined" in text:
+                        # Built from a fact a role sets later in the run: checked by that role's own check.
+                        display.warning("%s: %s is not checked before the run: %s"
+                                        % (task_vars.get("inventory_hostname"), name, text))
+                        continue
+                    problems.append({"variable": name, "value": None,
+                                     "message": "%s: cannot be templated: %s" % (name, text)})
+        facts = self._templar.template((task_vars.get("ansible_facts") or {}).get("edge"))
+        profile = self._templar.template(task_vars.get("edge_facts_profile"))
+        present = [n for n in task_vars if n.startswith("edge_")] if warn_unknown else []
+        mode = values.get("edge_mode") or self._templar.template(task_vars.get("edge_mode", "apply"))
+        runs_runtime = "edge_runtime" in roles and _runs("edge_runtime", task_vars)
+        checked = edge_intent.validate(
+            values, specs, facts=facts, profile=profile, roles=roles, present=present, exports=exports, mode=mode,
+            calendar=self._calendar_checker() if "edge_audit_timer" in roles else None,
+            controller_artifacts={"tensorrt_by_l4t": tensorrt_table()} if runs_runtime else None)
+        bad = {p["variable"] for p in problems}
+        problems += [p for p in checked["problems"] if p["variable"] not in bad]
+        for warning in checked["warnings"]:
+            display.warning("%s: %s" % (task_vars.get("inventory_hostname"), warning))
+        result.update(changed=False, roles=roles, warnings_unknown=checked["warnings"], problems=problems,
+                      board=bool(facts and profile))
+        if checked["artifacts"]:
+            result["artifacts"] = checked["artifacts"]
+        if "edge_audit_timer" in roles:
+            result["calendar_checked_on"] = self._calendar_where or "not needed (the audit timer is off)"
+        if not facts or not profile:
+            result["note"] = ("no board facts (run role edge_facts first): only the types and ranges were checked, "
+                              "not the board's CPUs, modes, governors or memory")
+        if problems:
+            result["failed"] = True
+            result["msg"] = edge_intent.summary(task_vars.get("inventory_hostname", "this host"), problems, wanted)
+        else:
+            result["msg"] = "intent of %d role(s) valid%s" % (len(roles), "" if result["board"] else
+                                                              " (types and ranges only: no board facts)")
+        return result
+
+
+def _runs(role, task_vars):
+    """Whether ``role`` runs in this run (its tags are selected), so that its artifacts are needed."""
+    run_tags = set(task_vars.get("ansible_run_tags") or ["all"])
+    skip_tags = set(task_vars.get("ansible_skip_tags") or [])
+    if role in skip_tags:
+        return False
+    return bool(run_tags & {"all", role}) or any(t.startswith(role + "_") for t in run_tags)
+
+
+def _last_line(*texts):
+    for text in texts:
+        lines = [line.strip() for line in (text or "").strip().splitlines() if line.strip()]
+        if lines:
+            return lines[-1]
+    return "rejected"
