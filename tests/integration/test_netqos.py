@@ -188,11 +188,7 @@ def pair(request):
 
 @pytest.fixture
 def test_cgroup(request):
-    sys.path.insert(0, str(LOADER.parent))
-    try:
-        import bpf as loader_module
-    finally:
-        sys.path.pop(0)
+    from ansible_collections.edgetune.fleet.plugins.module_utils import edge_netqos_loader as loader_module
     mount = loader_module.cgroup2_mount()
     if mount is None:
         pytest.skip("no cgroup v2 hierarchy mounted on this host")
@@ -417,7 +413,7 @@ PLAY = """
   gather_facts: false
   tasks:
     - name: Run edge_netqos
-      edge_netqos: "{{ netqos_args }}"
+      edgetune.fleet.edge_netqos: "{{ netqos_args }}"
 """
 
 
@@ -511,9 +507,9 @@ ROLE_PLAY = """
   gather_facts: false
   pre_tasks:
     - name: Read the kernel features as preflight does
-      edge_facts:
+      edgetune.fleet.edge_facts:
   roles:
-    - role: edge_netqos
+    - role: edgetune.fleet.edge_netqos
   post_tasks:
     - name: Show the status
       ansible.builtin.debug:
@@ -581,9 +577,9 @@ def test_role_reports_unsupported_kernels_and_changes_nothing(pair, tmp_path):
     before = pair.qdisc_state()
     features = {"bpf_syscall": True, "htb": False, "cls_bpf": False, "clsact": True, "sock_cgroup_data": True}
     play = ROLE_PLAY.replace("""    - name: Read the kernel features as preflight does
-      edge_facts:
+      edgetune.fleet.edge_facts:
 """, """    - name: Read the kernel features as preflight does
-      edge_facts:
+      edgetune.fleet.edge_facts:
     - name: Pretend the kernel lacks HTB and cls_bpf
       ansible.builtin.set_fact:
         ansible_facts: {edge: {kernel: {release: "5.10.120-tegra", features: %s}}}
