@@ -271,9 +271,10 @@ def test_impossible_limits_fail_clearly_and_change_nothing(host, sets):
                       "-e", "edge_cgroups_memory_max=64T")
     assert recap(result.stdout, host.backend.host)["failed"] == 1, result.stdout[-3000:]
     text = " ".join(result.stdout.split())
-    assert "Invalid slice settings, nothing was changed" in text
+    # Refused by the preflight's validation, before any change on any device.
+    assert "refused before any change on any device (nothing was changed)" in text
     assert "is more than the %d CPU(s) of the slice" % len(sets["inference"]) in text
-    assert "edge_cgroups_memory_max 64T" in text and "is more than the RAM" in text
+    assert 'edge_cgroups_memory_max = "64T"' in text and "is more than the RAM" in text
     assert host.file("/etc/systemd/system/" + SLICE).content_string == before
 
 
