@@ -176,6 +176,9 @@ def pair(request):
         run(["ip", "-n", ns, "addr", "add", addr + "/24", "dev", dev])
         run(["ip", "-n", ns, "addr", "add", addr6 + "/64", "dev", dev, "nodad"])
         run(["ip", "-n", ns, "link", "set", "lo", "up"])
+        # No link-local address: its duplicate address detection would send a neighbour
+        # solicitation (86 bytes) at a random moment after link up, into the default class.
+        run(["ip", "-n", ns, "link", "set", dev, "addrgenmode", "none"])
         run(["ip", "-n", ns, "link", "set", dev, "up"])
     # Permanent neighbours: no ARP/ND packets of our own in the counters.
     for ns, dev, peer_ns, peer_dev, addrs in ((pair.ns_a, pair.a, pair.ns_b, pair.b, (B_ADDR, B_ADDR6)),
