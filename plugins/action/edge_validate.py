@@ -96,6 +96,18 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
+        self.check_intent(result, task_vars)
+        return result
+
+    def check_intent(self, result, task_vars, refused_by=None, artifacts=True):
+        """Validate the host's intent into ``result`` (failed with one message when bad).
+
+        ``refused_by``: the roles the refusal message names (default: the
+        roles checked; none for the preflight's "before any change on any
+        device"). ``artifacts``: check the runtime's artifacts on the
+        controller when role edge_runtime runs in this run. Returns edge_intent.validate()'s answer, for the planner
+        (action edge_plan).
+        """
         specs, exports = load_specs()
         specs[edge_intent.PLAYBOOKS] = edge_intent.PLAYBOOK_OPTIONS
         wanted = self._task.args.get("roles") or []
@@ -109,35 +121,39 @@ class ActionModule(ActionBase):
         warn_unknown = self._task.args.get("warn_unknown", not wanted)
 
         values, problems = {}, []
-        for role in roles:
-            for name, spec in specs[role].items():
-                try:
-                    if name in task_vars:
-                        values[name] = self._templar.template(task_vars[name])
-                    elif isinstance(spec.get("default"), str) and "{{" in spec["default"]:
-                        values[name] = self._templar.template(trust_as_template(spec["default"]))
-                except Exception as exc:  # pylint: disable=broad-except
-                    values.pop(name, None)
-                    text = _last_line(str(exc))
-                    if "undefined" in text.lower() or "is not defined" in text:
-                        # Built from a fact a role sets later in the run: checked by that role's own check.
-                        display.warning("%s: %s is not checked before the run: %s"
-                                        % (task_vars.get("inventory_hostname"), name, text))
-                        continue
-                    problems.append({"variable": name, "value": None,
-                                     "message": "%s: cannot be templated: %s" % (name, text)})
+        # The roles' own options, the CPU split that the CPU roles use, and the
+        # deprecated names the host still sets (edge_intent reads them).
+        wanted_options = [(name, spec) for role in roles for name, spec in specs[role].items()]
+        wanted_options += [(name, specs.get("edge_cpu", {}).get(name, {})) for name in edge_intent.CPU_OPTIONS]
+        wanted_options += [(name, {}) for name in edge_intent.DEPRECATED if name in task_vars]
+        for name, spec in wanted_options:
+            try:
+                if name in task_vars:
+                    values[name] = self._templar.template(task_vars[name])
+                elif isinstance(spec.get("default"), str) and "{{" in spec["default"]:
+                    values[name] = self._templar.template(trust_as_template(spec["default"]))
+            except Exception as exc:  # pylint: disable=broad-except
+                values.pop(name, None)
+                text = _last_line(str(exc))
+                if "undefined" in text.lower() or "is not defined" in text:
+                    # Built from a fact a role sets later in the run: checked by that role's own check.
+                    display.warning("%s: %s is not checked before the run: %s"
+                                    % (task_vars.get("inventory_hostname"), name, text))
+                    continue
+                problems.append({"variable": name, "value": None,
+                                 "message": "%s: cannot be templated: %s" % (name, text)})
         facts = self._templar.template((task_vars.get("ansible_facts") or {}).get("edge"))
         profile = self._templar.template(task_vars.get("edge_facts_profile"))
         present = [n for n in task_vars if n.startswith("edge_")] if warn_unknown else []
         mode = values.get("edge_mode") or self._templar.template(task_vars.get("edge_mode", "apply"))
-        runs_runtime = "edge_runtime" in roles and _runs("edge_runtime", task_vars)
+        runs_runtime = artifacts and "edge_runtime" in roles and _runs("edge_runtime", task_vars)
         checked = edge_intent.validate(
             values, specs, facts=facts, profile=profile, roles=roles, present=present, exports=exports, mode=mode,
             calendar=self._calendar_checker() if "edge_audit_timer" in roles else None,
             controller_artifacts={"tensorrt_by_l4t": tensorrt_table()} if runs_runtime else None)
         bad = {p["variable"] for p in problems}
         problems += [p for p in checked["problems"] if p["variable"] not in bad]
-        for warning in checked["warnings"]:
+        for warning in checked["warnings"] + (checked["deprecations"] if warn_unknown else []):
             display.warning("%s: %s" % (task_vars.get("inventory_hostname"), warning))
         result.update(changed=False, roles=roles, warnings_unknown=checked["warnings"], problems=problems,
                       board=bool(facts and profile))
@@ -150,11 +166,12 @@ class ActionModule(ActionBase):
                               "not the board's CPUs, modes, governors or memory")
         if problems:
             result["failed"] = True
-            result["msg"] = edge_intent.summary(task_vars.get("inventory_hostname", "this host"), problems, wanted)
+            result["msg"] = edge_intent.summary(task_vars.get("inventory_hostname", "this host"), problems,
+                                                refused_by if refused_by is not None else wanted)
         else:
             result["msg"] = "intent of %d role(s) valid%s" % (len(roles), "" if result["board"] else
                                                               " (types and ranges only: no board facts)")
-        return result
+        return checked
 
 
 def _runs(role, task_vars):

@@ -17,11 +17,13 @@ tarball's own ``sha256`` and ``size`` added)::
      "entry": "model.json",                 # engine: the file the runtime loads
      "format": "edgetune-mlp-json/1",       # engine: its format
      "engine_formats": ["edgetune-mlp-json/1"],   # runtime: formats it loads
+     "architecture": "x86_64",              # optional: the machine (uname -m) it runs on
+     "backend": "cpu" | "cuda" | "rknn",    # optional: what a runtime computes on
      "compatibility": {
         "socs": ["tegra234", "rk3588"],     # empty or missing: any SoC
         "l4t": ">=35.1,<37",                # Jetson: L4T release range; null: no Jetson
         "bsp": {"armbian": ">=23.0"},       # non-Jetson: distribution/BSP name -> range
-        "requires": {"python": ">=3.8",
+        "requires": {"python": ">=3.8", "glibc": ">=2.34",
                      "tensorrt": {"version": "10.3", "version_compatible": false},
                      "rknn": {"toolkit_version": "2.3.0"}}}}
 """
@@ -29,6 +31,7 @@ tarball's own ``sha256`` and ``size`` added)::
 import hashlib
 import json
 import os
+import platform as _platform
 import re
 import tarfile
 
@@ -37,7 +40,12 @@ KINDS = ("engine", "runtime")
 MANIFEST_NAME = "MANIFEST.json"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
 HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
+# What a runtime computes on: the CPU, NVIDIA's CUDA (Jetson, with L4T) or Rockchip's NPU (librknnrt).
+BACKENDS = ("cpu", "cuda", "rknn")
 CLAUSE_RE = re.compile(r"^(>=|<=|==|!=|>|<)?\s*(\d+(?:\.\d+)*)(\.\*)?$")
+
+# Engine formats that do not depend on the L4T release (nor on a TensorRT build).
+PORTABLE_ENGINE_FORMATS = ("gguf",)
 
 
 class ArtifactError(Exception):
@@ -126,6 +134,10 @@ def validate_manifest(doc, kind=None):
         formats = doc.get("engine_formats")
         if not isinstance(formats, list) or not formats or not all(isinstance(f, str) for f in formats):
             problems.append("a runtime manifest lists the engine_formats it loads")
+    if "backend" in doc and doc["backend"] not in BACKENDS:
+        problems.append("backend is %r, expected one of %s" % (doc["backend"], ", ".join(BACKENDS)))
+    if "architecture" in doc and (not isinstance(doc["architecture"], str) or not NAME_RE.match(doc["architecture"])):
+        problems.append("architecture %r is not a machine name such as x86_64 or aarch64" % (doc["architecture"],))
     compat = doc.get("compatibility", {})
     if not isinstance(compat, dict):
         problems.append("compatibility must be an object")
@@ -138,7 +150,8 @@ def validate_manifest(doc, kind=None):
     if not isinstance(requires, dict):
         problems.append("compatibility.requires must be an object")
         requires = {}
-    specs = [compat.get("l4t")] + list((compat.get("bsp") or {}).values()) + [requires.get("python")]
+    specs = [compat.get("l4t"), requires.get("python"), requires.get("glibc")] + list(
+        (compat.get("bsp") or {}).values())
     for spec in specs:
         try:
             version_matches("0", spec)
@@ -267,10 +280,11 @@ def compatibility_problems(manifest, device, platform=None, unknown=()):
 
     device: {"soc": "tegra234", "l4t": {"version": "36.4.3"} or None,
              "bsp": {"name": "armbian", "version": "25.8.1"}, "python": "3.11.2",
+             "architecture": "aarch64" (uname -m), "glibc": "2.35",
              "tensorrt": "10.3.0" or None (installed, detected), "rknn": "2.3.0" or None}
     platform: {"tensorrt_by_l4t": [...], "rknn_runtime": "2.3.0" or ""} (the role's data).
     Every message names both sides: what the artifact needs and what the board has.
-    ``unknown`` names the device keys (python, tensorrt, rknn) the caller could
+    ``unknown`` names the device keys (python, tensorrt, rknn, architecture, glibc) the caller could
     not learn: the controller's check before anything is copied, from the
     board's facts, leaves those to the device (edge_release) instead of
     reading them as missing.
@@ -288,11 +302,20 @@ def compatibility_problems(manifest, device, platform=None, unknown=()):
     if socs and soc not in socs:
         problems.append("%s is built for SoC %s, but this board is %s" % (what, "/".join(socs), soc or "unknown"))
 
+    arch = manifest.get("architecture")
+    if arch and "architecture" not in unknown and device.get("architecture") != arch:
+        problems.append("%s is built for %s, but this board is %s"
+                        % (what, arch, device.get("architecture") or "unknown"))
+    backend = manifest.get("backend")
+    problems += _backend_problems(what, backend, soc, l4t)
+
     if l4t:
         spec = compat.get("l4t")
-        if spec is None:
+        # A CPU build needs glibc (requires.glibc), not a given L4T release; a GGUF model runs
+        # on any llama.cpp backend, unlike a TensorRT plan.
+        if spec is None and backend != "cpu" and manifest.get("format") not in PORTABLE_ENGINE_FORMATS:
             problems.append("%s declares no L4T release range, and this board runs L4T %s" % (what, l4t))
-        elif not version_matches(l4t, spec):
+        elif spec is not None and not version_matches(l4t, spec):
             problems.append("%s needs L4T %s, but this board runs L4T %s" % (what, spec, l4t))
     else:
         ranges = compat.get("bsp") or {}
@@ -308,6 +331,11 @@ def compatibility_problems(manifest, device, platform=None, unknown=()):
         problems.append("%s needs python3 %s, but the runtime's interpreter is Python %s"
                         % (what, python_spec, device.get("python") or "missing"))
 
+    glibc_spec = requires.get("glibc")
+    if glibc_spec and "glibc" not in unknown and not version_matches(device.get("glibc"), glibc_spec):
+        problems.append("%s needs glibc %s, but this board has %s" % (
+            what, glibc_spec, "glibc %s" % device["glibc"] if device.get("glibc") else "no glibc found"))
+
     trt = requires.get("tensorrt")
     if trt:
         problems += _tensorrt_problems(what, trt, l4t, device.get("tensorrt"), platform.get("tensorrt_by_l4t"),
@@ -318,6 +346,16 @@ def compatibility_problems(manifest, device, platform=None, unknown=()):
         if "rknn" not in unknown or runtime or soc not in RKNN_SOCS:
             problems += _rknn_problems(what, rknn, soc, runtime)
     return problems
+
+
+def _backend_problems(what, backend, soc, l4t):
+    if backend == "cuda" and not l4t:
+        return ["%s is built for the CUDA backend, which needs an NVIDIA Jetson with L4T, but this board (%s) "
+                "runs no L4T" % (what, soc or "unknown SoC")]
+    if backend == "rknn" and soc not in RKNN_SOCS:
+        return ["%s is built for the RKNN backend (Rockchip NPU), but this board's SoC is %s"
+                % (what, soc or "unknown")]
+    return []
 
 
 def _trt_fits(engine_version, have, version_compatible):
@@ -400,6 +438,23 @@ def detect_tensorrt(root="/"):
             if match and (best is None or parse_version(match.group(1)) > parse_version(best)):
                 best = match.group(1)
     return best
+
+
+def detect_glibc():
+    """This system's glibc version ('2.36'), else None (another C library)."""
+    try:
+        text = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (AttributeError, ValueError, OSError):
+        text = ""
+    if text.startswith("glibc "):
+        return text.split()[1]
+    name, version = _platform.libc_ver()
+    return version if name == "glibc" and version else None
+
+
+def detect_architecture():
+    """The machine this runs on, as uname -m names it (x86_64, aarch64)."""
+    return os.uname().machine
 
 
 def detect_rknn(root="/"):

@@ -29,19 +29,51 @@ Check kinds:
              named in the detail).  A movable interrupt that reaches CPUs outside
              the housekeeping set is drift; a per-CPU or managed one the kernel
              places itself (hinted by /proc/interrupts, or refused earlier) is not.
+``nvpmodel`` the Jetson power mode (role edge_power), by name: the id the name
+             has in the device's /etc/nvpmodel.conf (parsed by the code the
+             edge_nvpmodel module switches modes with), the running mode from
+             ``nvpmodel -q --verbose`` and the persisted one from nvpmodel's
+             status file (what ``nvpmodel -f`` applies at boot).  Keys: mode,
+             conf, status_file.  The desired mode recorded but not running, or
+             running with boot-only settings (CPU_ONLINE, power gating) still
+             waiting, is pending-reboot.
+``pcie_vc``  a PCIe Traffic Class to Virtual Channel mapping (role
+             edge_pcie_qos), running: both ends of the link (the device and
+             its upstream port) read from config space and planned by the
+             code the edge_pcie_vc module maps with
+             (plugins/module_utils/edge_pcie.py); a register that would be
+             rewritten is drift.  A link without an extended VC is
+             unsupported, with the reason.  Keys: device or device_class,
+             tcs, vc_id.
 ``unsupported``  the role found the feature missing; Keys: reason.
+
+The checks come from the records the last apply left on the device (one
+JSON file per role in the record directory, written by the playbooks: the
+role's checks, rendered by the role as it applied them, and its ``inputs``,
+what that desired state was made of; see plugins/module_utils/edge_plan.py's
+``audit_part``).  ``audit_records`` evaluates them all; given the inputs the
+controller planned today, a role whose recorded inputs differ (the inventory
+or the board changed since the last apply) or that left no record is drift,
+named, besides its checks.
 
 States: ok, drifted, pending-reboot (persisted but not running: a boot-only
 setting waiting for its reboot, not drift), unsupported, error.
 """
 import hashlib
+import json
 import os
+import shutil
+import subprocess
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_bootfile import plan_files, plan_managed
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import (
     pending_changes, split_cmdline, token_key)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import (
     format_cpulist, parse_cpulist, parse_cpumask)
+
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_pcie import VcError, prepare as pcie_prepare
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_nvpmodel import (
+    DEFAULT_CONF, DEFAULT_STATUS_FILE, parse_conf, parse_query_output, parse_status, pending_settings)
 
 try:
     from ansible_collections.edgetune.fleet.plugins.module_utils.edge_irq import (
@@ -161,13 +193,88 @@ def check_irq_affinity(check, root):
     return "drifted", "/%s is %s, desired %s" % (relpath, running, format_cpulist(wanted)), None, running
 
 
-CHECKERS = {"cmdline": check_cmdline, "value": check_value, "file": check_file, "irq_affinity": check_irq_affinity}
+def nvpmodel_query(root, conf, status_file):
+    """``nvpmodel -q --verbose`` parsed (parse_query_output), on the device itself only."""
+    if os.path.abspath(root) != "/":
+        raise ValueError("the running power mode is read with nvpmodel, which runs on the device root only")
+    program = shutil.which("nvpmodel") or next((p for p in ("/usr/sbin/nvpmodel", "/usr/bin/nvpmodel")
+                                                if os.path.exists(p)), None)
+    if program is None:
+        raise ValueError("nvpmodel is not installed (no nvpmodel on PATH, /usr/sbin or /usr/bin)")
+    argv = [program, "-q", "--verbose"]
+    if conf != DEFAULT_CONF:
+        argv += ["-f", conf]
+    if status_file != DEFAULT_STATUS_FILE:
+        argv += ["-u", status_file]
+    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                          check=False)
+    if done.returncode != 0:
+        raise ValueError("%s failed (rc %d): %s" % (" ".join(argv), done.returncode,
+                                                    (done.stderr or done.stdout).strip()[-200:]))
+    return parse_query_output(done.stdout + "\n" + done.stderr)
+
+
+def check_nvpmodel(check, root):
+    conf_path = check.get("conf") or DEFAULT_CONF
+    status_path = check.get("status_file") or DEFAULT_STATUS_FILE
+    try:
+        conf = parse_conf(_read(root, conf_path))
+    except OSError as exc:
+        return "error", "cannot read %s: %s" % (conf_path, exc.strerror), None, None
+    except ValueError as exc:
+        return "error", "%s: %s" % (conf_path, exc), None, None
+    target = conf.by_name(check["mode"])
+    if target is None:
+        return "drifted", "%s has no power mode %r (modes: %s)" % (
+            conf_path, check["mode"], ", ".join(conf.names())), None, None
+    try:
+        persisted_id = parse_status(_read(root, status_path))["pmode"]
+    except OSError:
+        persisted_id = None
+    persisted = None
+    if persisted_id is not None:
+        mode = conf.by_id(persisted_id)
+        persisted = "%s (id %d)" % (mode.name if mode else "?", persisted_id)
+    query = nvpmodel_query(root, conf_path, status_path)
+    running = "%s (id %d)" % (query["name"], query["id"])
+    if query["id"] == target.id:
+        waiting = pending_settings(query)
+        if waiting:
+            return "pending-reboot", "mode %s is set; its %s start at the next boot" % (
+                target.name, ", ".join(sorted(set(p["param"] for p in waiting)))), persisted, running
+        return "ok", "", persisted, running
+    if persisted_id == target.id:
+        return "pending-reboot", "mode %s (id %d) is recorded in %s and starts at the next boot (running %s)" % (
+            target.name, target.id, status_path, running), persisted, running
+    return "drifted", "nvpmodel mode is %s, desired %s (id %d)" % (running, target.name, target.id), persisted, running
+
+
+def check_pcie_vc(check, root):
+    vc_id = check.get("vc_id", 1)
+    try:
+        ends, tcs, reasons, _result = pcie_prepare(
+            root, check.get("device"), check.get("device_class"), check.get("tcs") or [], vc_id)
+    except VcError as exc:
+        return "error", str(exc), None, None
+    if reasons:
+        return "unsupported", "; ".join(reasons), None, None
+    running = dict((end.label(), end.before) for end in ends)
+    stale = [end for end in ends if end.writes]
+    if not stale:
+        return "ok", "", None, running
+    return "drifted", "TC %s not on VC ID %d: %s" % (",".join(map(str, tcs)), vc_id, "; ".join(
+        "%s %s to rewrite" % (end.label(), ", ".join(w["register"] for w in end.writes)) for end in stale)), \
+        None, running
+
+
+CHECKERS = {"cmdline": check_cmdline, "value": check_value, "file": check_file, "irq_affinity": check_irq_affinity,
+            "nvpmodel": check_nvpmodel, "pcie_vc": check_pcie_vc}
 
 
 def evaluate(check, root="/"):
     """One check -> a result dict (setting, role, state, detail, desired, persisted, running)."""
-    result = {"setting": check["setting"], "role": check.get("role", ""),
-              "desired": check.get("desired", check.get("args", check.get("sha1", check.get("cpus"))))}
+    desired = next((check[key] for key in ("desired", "args", "sha1", "cpus", "mode", "tcs") if key in check), None)
+    result = {"setting": check["setting"], "role": check.get("role", ""), "desired": desired}
     if check["kind"] == "unsupported":
         result.update(state="unsupported", detail=check.get("reason", ""), persisted=None, running=None)
         return result
@@ -177,7 +284,7 @@ def evaluate(check, root="/"):
         return result
     try:
         state, detail, persisted, running = checker(check, root)
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         state, detail, persisted, running = "error", "%s: %s" % (type(exc).__name__, exc), None, None
     result.update(state=state, detail=detail, persisted=persisted, running=running)
     return result
@@ -185,6 +292,99 @@ def evaluate(check, root="/"):
 
 def audit(checks, root="/"):
     results = [evaluate(check, root) for check in checks]
+    summary = dict((state, sum(1 for r in results if r["state"] == state)) for state in STATES)
+    return results, summary
+
+
+RECORD_VERSION = 1
+
+
+def record_path(record_dir, role):
+    return os.path.join(record_dir, role + ".json")
+
+
+def read_record(root, record_dir, role):
+    """The role's record, None when there is none; ValueError when it cannot be read."""
+    path = _under(root, record_path(record_dir, role))
+    try:
+        with open(path) as handle:
+            doc = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ValueError("cannot read %s: %s" % (record_path(record_dir, role), exc)) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("checks"), list):
+        raise ValueError("%s is not an edgetune apply record (no list of checks)" % record_path(record_dir, role))
+    return doc
+
+
+def _shown(value):
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def inputs_changes(recorded, planned):
+    """What differs between the inputs of the last apply and today's plan, in words."""
+    recorded, planned = recorded or {}, planned or {}
+    changes = []
+    old_vars, new_vars = recorded.get("variables") or {}, planned.get("variables") or {}
+    for name in sorted(set(old_vars) | set(new_vars)):
+        if name not in new_vars:
+            changes.append("%s no longer planned" % name)
+        elif name not in old_vars:
+            changes.append("%s %s (new)" % (name, _shown(new_vars[name])))
+        elif old_vars[name] != new_vars[name]:
+            changes.append("%s %s -> %s" % (name, _shown(old_vars[name]), _shown(new_vars[name])))
+    old_parts, new_parts = recorded.get("plan") or {}, planned.get("plan") or {}
+    changes += ["plan part %s" % part for part in sorted(set(old_parts) | set(new_parts))
+                if old_parts.get(part) != new_parts.get(part)]
+    if recorded.get("code") != planned.get("code"):
+        changes.append("edgetune's code for this role (its role files or the modules)")
+    return changes
+
+
+def _applied_result(role, state, detail):
+    return {"setting": "%s applied state" % role, "role": role, "state": state, "detail": detail,
+            "desired": None, "persisted": None, "running": None}
+
+
+def audit_records(root="/", record_dir="/etc/edgetune/applied", expected=None):
+    """Evaluate the checks of every role's record.
+
+    ``expected``: {role: {"enabled", "inputs"}} from today's plan (the
+    controller's audit), or None (the on-device timer: every record found,
+    evaluated as recorded). Returns (results, summary) as ``audit``.
+    """
+    results, checks = [], []
+    if expected is None:
+        try:
+            names = sorted(n[:-5] for n in os.listdir(_under(root, record_dir)) if n.endswith(".json"))
+        except OSError as exc:
+            names = []
+            results.append(_applied_result("edgetune", "drifted", "no apply records in %s (%s): run site.yml"
+                                           % (record_dir, exc.strerror)))
+        expected = dict((name, {"enabled": True}) for name in names)
+    for role, want in sorted(expected.items()):
+        if not want.get("enabled", True):
+            continue
+        try:
+            record = read_record(root, record_dir, role)
+        except ValueError as exc:
+            results.append(_applied_result(role, "error", str(exc)))
+            continue
+        if record is None:
+            results.append(_applied_result(role, "drifted", "never applied here: no %s (run site.yml)"
+                                           % record_path(record_dir, role)))
+            continue
+        if "inputs" in want:
+            changes = inputs_changes(record.get("inputs"), want["inputs"])
+            if changes:
+                results.append(_applied_result(role, "drifted", "the desired state changed since the last apply "
+                                               "(run site.yml): " + "; ".join(changes)))
+            else:
+                results.append(_applied_result(role, "ok", ""))
+        checks += record["checks"]
+    results += audit(checks, root)[0]
     summary = dict((state, sum(1 for r in results if r["state"] == state)) for state in STATES)
     return results, summary
 

@@ -33,7 +33,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import
 # Variables of the playbooks themselves (not of a role), in the argument spec form.
 PLAYBOOK_OPTIONS = {
     "edge_mode": {"type": "str", "default": "apply", "choices": ["apply", "audit"],
-                  "description": "apply, or audit (playbooks/audit.yml renders the desired state only)"},
+                  "description": "apply, or audit (playbooks/audit_roles.yml renders the desired state only)"},
     "edge_reboot_policy": {"type": "str", "default": "auto", "choices": ["auto", "never"]},
     "edge_reboot_serial": {"type": "raw", "default": "100%"},
     "edge_reboot_max_fail_percentage": {"type": "int", "default": 0},
@@ -42,6 +42,15 @@ PLAYBOOK_OPTIONS = {
     "edge_deploy_max_fail_percentage": {"type": "int", "default": 0},
 }
 PLAYBOOKS = "playbooks"
+# Variables that moved: read under the old name (with a warning) until 0.4.0
+# when the new one keeps its default. The CPU split is role edge_cpu's intent.
+DEPRECATED = {"edge_bootargs_isolate": "edge_cpu_isolate",
+              "edge_bootargs_housekeeping": "edge_cpu_housekeeping",
+              "edge_bootargs_allow_cpu0": "edge_cpu_allow_cpu0"}
+DEPRECATED_UNTIL = "0.4.0"
+# The CPU split: typed and checked whenever a role that uses it is checked.
+CPU_OPTIONS = ("edge_cpu_isolate", "edge_cpu_housekeeping", "edge_cpu_allow_cpu0")
+CPU_ROLES = ("edge_bootargs", "edge_cpu", "edge_cgroups", "edge_power", "edge_runtime")
 # Set by the playbooks while they run (never intent).
 PLAYBOOK_EXPORTS = ("edge_reboot_reasons", "edge_reboot_result", "edge_reboot_verify", "edge_audit_result")
 
@@ -62,13 +71,20 @@ _PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}"
                        r"[A-Za-z0-9])?)*$")
 _IPV4 = re.compile(r"^((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$")
-_ENV_NAME = re.compile(r"^EDGETUNE_[A-Z0-9_]+$")
+_ENV_NAME = re.compile(r"^(EDGETUNE|LLAMA_ARG)_[A-Z0-9_]+$")
 _SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d", "/lib/sysctl.d")
 # Written by edge_runtime's template from their own variables.
 _RUNTIME_ENV_OWN = {"EDGETUNE_HOST": "edge_runtime_host", "EDGETUNE_PORT": "edge_runtime_port",
                     "EDGETUNE_HTTP_THREADS": "edge_runtime_http_threads",
                     "EDGETUNE_INFER_THREADS": "edge_runtime_infer_threads",
-                    "EDGETUNE_EXPECT_SCHED": "edge_runtime_sched_policy", "EDGETUNE_MLOCK": "edge_runtime_mlock"}
+                    "EDGETUNE_EXPECT_SCHED": "edge_runtime_sched_policy", "EDGETUNE_MLOCK": "edge_runtime_mlock",
+                    "LLAMA_ARG_HOST": "edge_runtime_host", "LLAMA_ARG_PORT": "edge_runtime_port",
+                    "LLAMA_ARG_THREADS": "the plan (edge_runtime_cpus: one thread per inference CPU)",
+                    "LLAMA_ARG_THREADS_HTTP": "edge_runtime_http_threads",
+                    "LLAMA_ARG_CTX_SIZE": "edge_runtime_ctx_size",
+                    "LLAMA_ARG_N_PARALLEL": "the role (one slot: the gates measure one stream)",
+                    "LLAMA_ARG_MODEL": "the engine artifact (edge_runtime_engine_src)",
+                    "LLAMA_ARG_LOAD_MODE": "edge_runtime_mlock"}
 _MAX_SHOWN = 120
 
 
@@ -240,20 +256,20 @@ def cpu_partition(facts, profile, isolate, housekeeping, allow_cpu0=False):
     elif isolate == "none":
         inference = []
     elif isolate == "":
-        raise IntentError("edge_bootargs_isolate is empty: give auto, none or a CPU list such as 4-7",
-                          "edge_bootargs_isolate")
+        raise IntentError("edge_cpu_isolate is empty: give auto, none or a CPU list such as 4-7",
+                          "edge_cpu_isolate")
     else:
-        inference = _cpus(isolate, "edge_bootargs_isolate")
+        inference = _cpus(isolate, "edge_cpu_isolate")
     if housekeeping == "auto":
         keep = [c for c in online if c not in inference]
     elif housekeeping == "":
-        raise IntentError("edge_bootargs_housekeeping is empty: give auto or a CPU list such as 0-3",
-                          "edge_bootargs_housekeeping")
+        raise IntentError("edge_cpu_housekeeping is empty: give auto or a CPU list such as 0-3",
+                          "edge_cpu_housekeeping")
     else:
-        keep = _cpus(housekeeping, "edge_bootargs_housekeeping")
+        keep = _cpus(housekeeping, "edge_cpu_housekeeping")
 
-    for name, cpus, variable in (("inference", inference, "edge_bootargs_isolate"),
-                                 ("housekeeping", keep, "edge_bootargs_housekeeping")):
+    for name, cpus, variable in (("inference", inference, "edge_cpu_isolate"),
+                                 ("housekeeping", keep, "edge_cpu_housekeeping")):
         missing = [c for c in cpus if c not in present]
         if missing:
             raise IntentError("%s CPUs %s do not exist on this board (CPUs %s)" % (
@@ -264,17 +280,17 @@ def cpu_partition(facts, profile, isolate, housekeeping, allow_cpu0=False):
     offline = [c for c in keep if c not in online]
     if offline:
         raise IntentError("housekeeping CPUs %s are offline (online: %s); bring them online or choose others" % (
-            format_cpulist(offline), format_cpulist(online)), "edge_bootargs_housekeeping")
+            format_cpulist(offline), format_cpulist(online)), "edge_cpu_housekeeping")
     if not keep:
         raise IntentError("the housekeeping set is empty: keep at least one CPU for the system",
-                          "edge_bootargs_housekeeping" if housekeeping != "auto" else "edge_bootargs_isolate")
+                          "edge_cpu_housekeeping" if housekeeping != "auto" else "edge_cpu_isolate")
     overlap = sorted(set(keep) & set(inference))
     if overlap:
         raise IntentError("CPUs %s are in both the inference and the housekeeping set" % format_cpulist(overlap),
-                          "edge_bootargs_housekeeping")
+                          "edge_cpu_housekeeping")
     if 0 in inference and not allow_cpu0:
         raise IntentError("cpu0 handles boot-time and unmovable work; keep it for housekeeping "
-                          "or set edge_bootargs_allow_cpu0: true", "edge_bootargs_isolate")
+                          "or set edge_cpu_allow_cpu0: true", "edge_cpu_isolate")
     return {
         "inference": inference,
         "housekeeping": keep,
@@ -395,11 +411,13 @@ def slice_plan(settings):
 class Report(object):
     """Problems by variable (one message each), warnings and notes."""
 
-    def __init__(self):
+    def __init__(self, shown_as=None):
         self._problems = {}
         self._order = []
         self.warnings = []
         self.notes = []
+        # {variable: the name the inventory used} (a deprecated name read for a new one)
+        self.shown_as = dict(shown_as or {})
 
     def add(self, variable, value, message):
         if variable not in self._problems:
@@ -415,8 +433,9 @@ class Report(object):
         out = []
         for variable in self._order:
             entry = self._problems[variable]
-            out.append({"variable": variable, "value": entry["value"],
-                        "message": "%s = %s: %s" % (variable, show(entry["value"]), "; ".join(entry["messages"]))})
+            name = self.shown_as.get(variable, variable)
+            out.append({"variable": name, "value": entry["value"],
+                        "message": "%s = %s: %s" % (name, show(entry["value"]), "; ".join(entry["messages"]))})
         return out
 
 
@@ -434,6 +453,7 @@ class _Checker(object):
         self.calendar = calendar
         self.controller_artifacts = controller_artifacts
         self.partition = None
+        self.slice_values = None
         self.artifacts = None
 
     # helpers
@@ -506,6 +526,30 @@ class _Checker(object):
             self.problem(name, "no such directory on the controller; allowed: a directory of board profiles "
                                "(YAML files) or \"\" (none)")
 
+    # ------------------------------------------------------------ the CPU split (role edge_cpu's intent)
+    def cpu_sets(self):
+        v = self.v
+        if not self.board() or not self.ok(*CPU_OPTIONS):
+            return
+        try:
+            self.partition = cpu_partition(self.facts, self.profile, v["edge_cpu_isolate"],
+                                           v["edge_cpu_housekeeping"], v["edge_cpu_allow_cpu0"])
+        except IntentError as exc:
+            variable = exc.variable or "edge_cpu_isolate"
+            text = str(exc)
+            if text.startswith(variable + ": "):
+                text = text[len(variable) + 2:]
+            if text.startswith(variable + " is empty: "):
+                self.problem(variable, "empty (an empty string is not none); allowed: %s" % (
+                    "auto, none or a CPU list such as 4-7" if variable == "edge_cpu_isolate"
+                    else "auto or a CPU list such as 0-3"))
+                return
+            hint = "" if "CPUs %s" % format_cpulist(self.present()) in text else \
+                " (%s has CPUs %s)" % (self.title(), format_cpulist(self.present()))
+            allowed_text = ("; allowed: auto, none or a CPU list" if variable == "edge_cpu_isolate"
+                            else "; allowed: auto or a CPU list" if variable == "edge_cpu_housekeeping" else "")
+            self.problem(variable, text + hint + allowed_text)
+
     # ------------------------------------------------------------ edge_bootargs
     def edge_bootargs(self):
         v = self.v
@@ -517,27 +561,7 @@ class _Checker(object):
             if not (value == "auto" or isinstance(value, bool)):
                 self.problem("edge_bootargs_cgroup_v2", "allowed: auto, true or false (true and false as YAML "
                                                         "booleans, not strings)")
-        if not self.board() or not self.ok("edge_bootargs_isolate", "edge_bootargs_housekeeping",
-                                           "edge_bootargs_allow_cpu0"):
-            return
-        try:
-            self.partition = cpu_partition(self.facts, self.profile, v["edge_bootargs_isolate"],
-                                           v["edge_bootargs_housekeeping"], v["edge_bootargs_allow_cpu0"])
-        except IntentError as exc:
-            variable = exc.variable or "edge_bootargs_isolate"
-            text = str(exc)
-            if text.startswith(variable + ": "):
-                text = text[len(variable) + 2:]
-            if text.startswith(variable + " is empty: "):
-                self.problem(variable, "empty (an empty string is not none); allowed: %s" % (
-                    "auto, none or a CPU list such as 4-7" if variable == "edge_bootargs_isolate"
-                    else "auto or a CPU list such as 0-3"))
-                return
-            hint = "" if "CPUs %s" % format_cpulist(self.present()) in text else \
-                " (%s has CPUs %s)" % (self.title(), format_cpulist(self.present()))
-            allowed_text = ("; allowed: auto, none or a CPU list" if variable == "edge_bootargs_isolate"
-                            else "; allowed: auto or a CPU list" if variable == "edge_bootargs_housekeeping" else "")
-            self.problem(variable, text + hint + allowed_text)
+        if not self.partition:
             return
         features = (self.facts.get("kernel") or {}).get("features") or {}
         release = (self.facts.get("kernel") or {}).get("release")
@@ -552,10 +576,6 @@ class _Checker(object):
         v = self.v
         if self.ok("edge_cpu_enabled") and not v["edge_cpu_enabled"]:
             return
-        if self.has("edge_bootargs") and self.ok("edge_bootargs_enabled") and not v["edge_bootargs_enabled"]:
-            self.problem("edge_cpu_enabled", "role edge_cpu needs the CPU sets role edge_bootargs computes, and "
-                                             "edge_bootargs_enabled is false; allowed: false, or set "
-                                             "edge_bootargs_enabled: true")
         for name in ("edge_cpu_lib_dir", "edge_cpu_state_file", "edge_cpu_sysctl_file"):
             self.device_path(name)
         if self.ok("edge_cpu_sysctl_file") and (
@@ -594,10 +614,6 @@ class _Checker(object):
         v = self.v
         if self.ok("edge_cgroups_enabled") and not v["edge_cgroups_enabled"]:
             return
-        if self.has("edge_bootargs") and self.ok("edge_bootargs_enabled") and not v["edge_bootargs_enabled"]:
-            self.problem("edge_cgroups_enabled", "role edge_cgroups needs the CPU sets role edge_bootargs computes, "
-                                                 "and edge_bootargs_enabled is false; allowed: false, or set "
-                                                 "edge_bootargs_enabled: true")
         for name in ("edge_cgroups_lib_dir", "edge_cgroups_state_file"):
             self.device_path(name)
         if self.ok("edge_cgroups_slice") and slice_name_problem(v["edge_cgroups_slice"]):
@@ -610,7 +626,7 @@ class _Checker(object):
         # Without a valid CPU split (its variable is reported) the CPU quota is not checked.
         cpus = self.partition["inference"] if self.partition else None
         if cpus == []:
-            self.problem("edge_cgroups_enabled", "there are no inference CPUs (edge_bootargs_isolate: none): the "
+            self.problem("edge_cgroups_enabled", "there are no inference CPUs (edge_cpu_isolate: none): the "
                                                  "slice would have no CPUs of its own; allowed: false, or choose "
                                                  "inference CPUs")
         rt_global = -1
@@ -625,7 +641,9 @@ class _Checker(object):
                     "io_weight": v.get("edge_cgroups_io_weight"), "rt_runtime_us": v.get("edge_cgroups_rt_runtime_us"),
                     "rt_global": rt_global, "ram_bytes": (self.facts.get("memory_kb") or 0) * 1024,
                     "probe_priority": v.get("edge_cgroups_probe_priority")}
-        _plan, problems = slice_plan(settings)
+        values, problems = slice_plan(settings)
+        if not problems:
+            self.slice_values = values
         for variable, _value, message in problems:
             if variable == "edge_cgroups_cpu_quota" and not cpus and not (
                     cpus is None and "is not auto" in message):
@@ -896,6 +914,12 @@ class _Checker(object):
             self.problem("edge_runtime_gate_concurrency", "more connections than edge_runtime_gate_requests (%d); "
                                                           "allowed: 1-%d" % (v["edge_runtime_gate_requests"],
                                                                              v["edge_runtime_gate_requests"]))
+        self.int_range("edge_runtime_ctx_size", 64, 1048576)
+        self.int_range("edge_runtime_gate_generations", 1, 1000)
+        self.int_range("edge_runtime_gate_max_tokens", 2, 4096)
+        for name in ("edge_runtime_ttft_p99_ms", "edge_runtime_token_p99_ms"):
+            if self.ok(name) and not 0 <= v[name] <= 600000:
+                self.problem(name, "allowed: 0 (no limit) or a number of ms up to 600000")
         for name, high in (("edge_runtime_health_timeout", 3600), ("edge_runtime_p99_ms", 60000)):
             if self.ok(name) and not 0 < v[name] <= high:
                 self.problem(name, "allowed: a number above 0 and at most %d (%s)"
@@ -920,8 +944,9 @@ class _Checker(object):
         if self.ok("edge_runtime_env"):
             for key, value in sorted(v["edge_runtime_env"].items()):
                 if not isinstance(key, str) or not _ENV_NAME.match(key):
-                    self.problem("edge_runtime_env", "%s is not an EDGETUNE_* variable name; allowed: EDGETUNE_ and "
-                                                     "upper-case letters, digits, _" % show(key))
+                    self.problem("edge_runtime_env", "%s is not an EDGETUNE_* or LLAMA_ARG_* variable name; allowed: "
+                                                     "EDGETUNE_ or LLAMA_ARG_ and upper-case letters, digits, _"
+                                 % show(key))
                 elif key in _RUNTIME_ENV_OWN:
                     self.problem("edge_runtime_env", "%s is set by the role from %s; set that instead"
                                  % (key, _RUNTIME_ENV_OWN[key]))
@@ -1024,7 +1049,8 @@ class _Checker(object):
             device = {"soc": self.facts.get("soc"), "l4t": self.facts.get("l4t"), "bsp": self.facts.get("bsp"),
                       "tensorrt": (runtimes or {}).get("tensorrt"), "rknn": (runtimes or {}).get("rknn"),
                       "python": python.get("version")}
-            unknown = [] if runtimes is not None else ["tensorrt", "rknn"]
+            # The machine and its glibc are the device's to check (edge_release reads them there).
+            unknown = ["architecture", "glibc"] + ([] if runtimes is not None else ["tensorrt", "rknn"])
             if not python.get("version") or v.get("edge_runtime_python") not in (
                     python.get("executable"), python.get("executable_link")):
                 unknown.append("python")
@@ -1040,6 +1066,10 @@ class _Checker(object):
             found = artifact.pairing_problems(manifests["runtime"], manifests["engine"])
             if found:
                 self.problem("edge_runtime_engine_src", "incompatible release: %s" % "; ".join(found))
+        context = ((manifests.get("engine") or {}).get("model") or {}).get("context_length")
+        if isinstance(context, int) and self.ok("edge_runtime_ctx_size") and v["edge_runtime_ctx_size"] > context:
+            self.problem("edge_runtime_ctx_size", "more than the engine's context length; allowed: 64-%d (%s)"
+                         % (context, manifests["engine"]["name"]))
         self.artifacts = resolved if len(manifests) == 2 else None
 
     # ------------------------------------------------------------ edge_audit_timer
@@ -1047,7 +1077,7 @@ class _Checker(object):
         v = self.v
         if self.ok("edge_audit_timer_enabled") and not v["edge_audit_timer_enabled"]:
             return
-        for name in ("edge_audit_timer_textfile", "edge_audit_timer_install_dir", "edge_audit_timer_checks_file"):
+        for name in ("edge_audit_timer_textfile", "edge_audit_timer_install_dir"):
             self.device_path(name)
         if self.ok("edge_audit_timer_textfile") and not v["edge_audit_timer_textfile"].endswith(".prom"):
             self.problem("edge_audit_timer_textfile", "node_exporter's textfile collector reads only *.prom files; "
@@ -1085,7 +1115,7 @@ _ALLOWED_SLICE = {
 
 def known_variables(specs, exports=()):
     """Every variable name a user may set or the roles and playbooks set."""
-    names = set(PLAYBOOK_OPTIONS) | set(PLAYBOOK_EXPORTS) | set(exports)
+    names = set(PLAYBOOK_OPTIONS) | set(PLAYBOOK_EXPORTS) | set(exports) | set(DEPRECATED)
     for options in specs.values():
         names.update(options)
     return names
@@ -1098,10 +1128,31 @@ def unknown_variables(present, specs, exports=()):
     for name in sorted(present):
         if not name.startswith("edge_") or name in known:
             continue
-        near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        near = [DEPRECATED.get(n, n) for n in difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)]
         warnings.append("%s is not a variable of any edgetune role or playbook and is ignored%s"
                         % (name, " (did you mean %s?)" % near[0] if near else ""))
     return warnings
+
+
+def read_deprecated(values, specs):
+    """The values with each deprecated name read for its new one; (values, {new: old}, warnings).
+
+    The old name counts when the new one is not given or keeps its default
+    (inside a role its defaults are among the host's variables)."""
+    values = dict(values)
+    defaults = {name: spec.get("default") for options in specs.values() for name, spec in options.items()}
+    renamed, warnings = {}, []
+    for old, new in sorted(DEPRECATED.items()):
+        if old not in values:
+            continue
+        value = values.pop(old)
+        if new in values and values[new] != defaults.get(new):
+            warnings.append("%s is deprecated and ignored: %s is set too (remove %s)" % (old, new, old))
+            continue
+        values[new] = value
+        renamed[new] = old
+        warnings.append("%s is deprecated: name it %s (the old name is read until %s)" % (old, new, DEPRECATED_UNTIL))
+    return values, renamed, warnings
 
 
 def validate(values, specs, facts=None, profile=None, roles=None, present=(), exports=(), mode="apply",
@@ -1123,30 +1174,36 @@ def validate(values, specs, facts=None, profile=None, roles=None, present=(), ex
     specs = dict(specs)
     specs.setdefault(PLAYBOOKS, PLAYBOOK_OPTIONS)
     roles = list(roles) if roles else sorted(specs)
-    report = Report()
+    values, renamed, deprecations = read_deprecated(values, specs)
+    report = Report(shown_as=renamed)
     intent, given = {}, {}
-    for role in roles:
-        for name, spec in sorted((specs.get(role) or {}).items()):
-            raw = given[name] = values[name] if name in values else spec.get("default")
-            try:
-                intent[name] = check_type(raw, spec)
-            except _Bad as exc:
-                text = str(exc)
-                report.add(name, raw, text if " allowed: " in text else "%s; allowed: %s" % (text, allowed(spec)))
+    options = [(name, spec) for role in roles for name, spec in sorted((specs.get(role) or {}).items())]
+    if "edge_cpu" not in roles and set(roles) & set(CPU_ROLES):
+        # The roles that use the CPU split get it checked with them.
+        options += [(name, (specs.get("edge_cpu") or {})[name]) for name in CPU_OPTIONS
+                    if name in (specs.get("edge_cpu") or {})]
+    for name, spec in options:
+        raw = given[name] = values[name] if name in values else spec.get("default")
+        try:
+            intent[name] = check_type(raw, spec)
+        except _Bad as exc:
+            text = str(exc)
+            report.add(name, raw, text if " allowed: " in text else "%s; allowed: %s" % (text, allowed(spec)))
     if "edge_mode" in values:
         try:
             mode = check_type(values["edge_mode"], PLAYBOOK_OPTIONS["edge_mode"])
         except _Bad:
             pass
     checker = _Checker(intent, report, facts, profile, roles, mode, calendar, controller_artifacts, given)
+    checker.cpu_sets()
     order = [PLAYBOOKS, "edge_facts", "edge_bootargs", "edge_cpu", "edge_cgroups", "edge_power", "edge_pcie_qos",
              "edge_netqos", "edge_runtime", "edge_audit_timer"]
     for role in order:
         if role in roles:
             getattr(checker, role)()
     warnings = unknown_variables(present, specs, exports) if present else []
-    return {"problems": report.problems(), "warnings": warnings, "intent": intent,
-            "partition": checker.partition, "artifacts": checker.artifacts}
+    return {"problems": report.problems(), "warnings": warnings, "deprecations": deprecations, "intent": intent,
+            "partition": checker.partition, "slice": checker.slice_values, "artifacts": checker.artifacts}
 
 
 def summary(host, problems, roles=None):

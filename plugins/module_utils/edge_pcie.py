@@ -514,3 +514,158 @@ def rmw_register(path, offset, value, mask):
     if new != old:
         write_register(path, offset, new)
     return old, new
+
+
+# --------------------------------------------------------------------------
+# One link: the device and its upstream port, read and planned (the module
+# edge_pcie_vc applies the plan; the drift audit compares it with the device).
+
+class VcError(Exception):
+    """Expected failure: one message, plus result keys for fail_json."""
+
+    def __init__(self, message, **details):
+        super().__init__(message)
+        self.details = details
+
+
+class End(object):
+    """One end of the link: where its config space is, what it has, what is planned and done."""
+
+    def __init__(self, role, bdf, path):
+        self.role = role
+        self.bdf = bdf
+        self.path = path
+        self.vc = self.resource = None
+        self.writes = []
+        self.before = self.after = None
+        self.pending = None
+
+    def label(self):
+        return "%s (%s)" % (self.bdf, "upstream port" if self.role == "upstream" else "device")
+
+    def registers(self, vc):
+        """The registers the mapping touches or watches, by name, as hex text."""
+        regs = {"VC%d Resource Control" % res["index"]: "0x%08x" % res["control_register"] for res in vc["vcs"]}
+        target = vc["vcs"][self.resource["index"]]
+        regs["VC%d Resource Status" % target["index"]] = "0x%04x" % target["status_register"]
+        return regs
+
+    def report(self):
+        return {
+            "role": self.role,
+            "bdf": self.bdf,
+            "capability": {"offset": self.vc["offset"], "type": self.vc["type"]},
+            "resource": self.resource["index"],
+            "negotiation_pending": self.pending,
+            "before": self.before,
+            "after": self.after,
+            "writes": [dict(w, setpci="setpci -s %s 0x%x.l=%08x:%08x" % (self.bdf, w["offset"], w["value"], w["mask"]))
+                       for w in self.writes],
+        }
+
+    def lines(self, regs):
+        return ["%s %s@0x%03x %s: %s" % (self.bdf, self.vc["type"], self.vc["offset"], name, value)
+                for name, value in sorted(regs.items())]
+
+
+# --------------------------------------------------------------------------
+# Read and check
+
+def find_device(root, device, device_class):
+    """(bdf or None, reason when not found). A missing explicit device is an error."""
+    present = list_devices(root)
+    if device is not None:
+        try:
+            bdf = normalize_bdf(device)
+        except ValueError as exc:
+            raise VcError(str(exc)) from None
+        if bdf not in present:
+            raise VcError("PCI device %s not found under %s; present: %s"
+                          % (bdf, devices_dir(root), " ".join(present) or "none"))
+        return bdf, None
+    try:
+        wanted = parse_class(device_class)
+    except ValueError as exc:
+        raise VcError(str(exc)) from None
+    for bdf in present:
+        try:
+            code = read_class(root, bdf)
+        except (OSError, ValueError):
+            continue
+        if class_matches(code, wanted):
+            return bdf, None
+    return None, "no PCI device of class %s on this host" % device_class
+
+
+def read_end(end):
+    try:
+        data = read_config(end.path)
+        return parse(data, end.path)
+    except ConfigSpaceError as exc:
+        raise VcError(str(exc)) from None
+    except OSError as exc:
+        raise VcError("cannot read %s: %s" % (end.path, exc.strerror or exc)) from None
+
+
+def vc_capability(end, parsed):
+    """Pick the VC capability to program, or return the reason there is none."""
+    by_type = {vc["type"]: vc for vc in parsed["vc_capabilities"]}
+    if "VC" not in by_type:
+        if by_type:
+            return None, ("%s has only %s (multi-function virtual channels), which this module does not program"
+                          % (end.label(), " and ".join(sorted(by_type))))
+        detail = "; config space walk: %s" % "; ".join(parsed["problems"]) if parsed["problems"] else ""
+        return None, "%s has no Virtual Channel capability (VC0 only)%s" % (end.label(), detail)
+    vc = by_type["VC"]
+    if vc["extended_vc_count"] == 0:
+        return None, ("%s has only VC0: its VC capability at 0x%03x reports Extended VC Count 0"
+                      % (end.label(), vc["offset"]))
+    return vc, None
+
+
+def prepare(root, device=None, device_class=None, tcs=(), vc_id=1, timeout=1.0):
+    """Check the request and the hardware; returns (ends, tcs, reasons, result). Writes nothing."""
+    if (device is None) == (device_class is None):
+        raise VcError("give exactly one of device and device_class")
+    try:
+        tcs = check_request(list(tcs) if tcs is not None else tcs, vc_id)
+    except MappingError as exc:
+        raise VcError(str(exc)) from None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise VcError("timeout must be a positive number of seconds, got %r" % (timeout,))
+    result = {"changed": False, "vc_id": vc_id, "tcs": tcs}
+    bdf, missing = find_device(root, device, device_class)
+    if bdf is None:
+        return [], tcs, [missing], result
+    upstream = upstream_of(root, bdf)
+    result.update(device=bdf, upstream=upstream)
+    if upstream is None:
+        return [], tcs, ["%s is on a root bus: it has no upstream port to negotiate a VC with"
+                         " (a root port or a root-complex integrated endpoint)" % bdf], result
+
+    device_end = End("device", bdf, os.path.join(device_path(root, bdf), "config"))
+    upstream_end = End("upstream", upstream,
+                       os.path.join(os.path.dirname(os.path.realpath(device_path(root, bdf))), "config"))
+    ends = [upstream_end, device_end]
+    reasons = []
+    for end in ends:
+        parsed = read_end(end)
+        end.vc, reason = vc_capability(end, parsed)
+        if reason:
+            reasons.append(reason)
+    if reasons:
+        return [], tcs, reasons, result
+
+    missing_id = []
+    for end in ends:
+        end.resource = resource_for_id(end.vc, vc_id)
+        if end.resource is None:
+            missing_id.append("%s has no extended VC with VC ID %d (its VC resources 1-%d carry VC IDs %s)"
+                              % (end.label(), vc_id, end.vc["extended_vc_count"],
+                                 ", ".join(str(r["id"]) for r in end.vc["vcs"][1:])))
+    if missing_id:
+        raise VcError("; ".join(missing_id) + "; both ends of the link need the same VC ID", **result)
+    for end in ends:
+        end.writes = plan_mapping(end.vc, tcs, vc_id)
+        end.before = end.registers(end.vc)
+    return ends, tcs, [], result

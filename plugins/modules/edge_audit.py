@@ -19,7 +19,8 @@ description:
   - A boot-only setting that is in the boot file but not yet running is C(pending-reboot), not drift.
   - Never writes the device, except the optional Prometheus textfile.
   - Also runs without Ansible, for a systemd timer on devices no controller reaches
-    (C(python3 edge_audit.py --checks FILE --prometheus FILE)), with the module_utils it needs
+    (C(python3 edge_audit.py --records DIR --prometheus FILE), which evaluates the checks of every apply
+    record in DIR as recorded), with the module_utils it needs
     installed beside it in the collection's package layout
     (C(ansible_collections/edgetune/fleet/plugins/module_utils/)).
 version_added: "0.1.0"
@@ -39,9 +40,18 @@ options:
         C(inference). A movable interrupt reaching CPUs outside C(cpus) is drift; per-CPU and managed
         interrupts (hinted by C(/proc/interrupts) or recorded as refused in C(state_file)) are not.
       - C(unsupported) a setting the role found the device cannot have (C(reason)).
+      - Evaluated after the checks of O(records), when both are given.
     type: list
     elements: dict
-    required: true
+  records:
+    description:
+      - The plan's audit part (C(ansible_facts.edge_plan.audit), from action edgetune.fleet.edge_plan), that is
+        the record directory (C(record_dir)) and, per role (C(roles)), whether it is enabled and the C(inputs)
+        its desired state is made of today.
+      - The checks of every enabled role's record (written by the last apply, with the inputs of that apply) are
+        evaluated; a role without a record, or whose recorded inputs differ from today's, is reported drifted
+        (setting C(ROLE applied state)), naming the variables and plan parts that changed.
+    type: dict
   root:
     description: Root of the tree to read, for tests on fixture trees.
     type: path
@@ -140,11 +150,14 @@ summary:
 import os  # noqa: E402
 import sys  # noqa: E402
 
-if __name__ == "__main__" and "--checks" in sys.argv:
+# Run as the on-device command (the timer's), not as an Ansible module.
+ON_DEVICE = __name__ == "__main__" and bool({"--checks", "--records"} & set(a.split("=")[0] for a in sys.argv[1:]))
+if ON_DEVICE:
     # On-device command: the module_utils are installed beside this file.
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import audit, prometheus_text  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import (  # noqa: E402
+    STATES, audit, audit_records, prometheus_text)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write  # noqa: E402
 
 
@@ -153,17 +166,22 @@ def cli(argv):
     import json
     import socket
     parser = argparse.ArgumentParser(prog="edge_audit", description="edgetune drift audit on the device")
-    parser.add_argument("--checks", required=True, help="JSON file of checks written by playbooks/audit.yml")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--records", help="directory of the apply records (the checks of every role, as applied)")
+    source.add_argument("--checks", help="JSON file of checks ({\"checks\": [...]})")
     parser.add_argument("--prometheus", help="write a node_exporter textfile here")
     parser.add_argument("--root", default="/")
     args = parser.parse_args(argv)
-    try:
-        with open(args.checks) as handle:
-            checks = json.load(handle)["checks"]
-    except (OSError, ValueError, KeyError) as exc:
-        sys.stderr.write("edge_audit: error: cannot read checks from %s: %s\n" % (args.checks, exc))
-        return 2
-    results, summary = audit(checks, args.root)
+    if args.records:
+        results, summary = audit_records(args.root, args.records)
+    else:
+        try:
+            with open(args.checks) as handle:
+                checks = json.load(handle)["checks"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            sys.stderr.write("edge_audit: error: cannot read checks from %s: %s\n" % (args.checks, exc))
+            return 2
+        results, summary = audit(checks, args.root)
     for result in results:
         sys.stdout.write("%-16s %-40s %s\n" % (result["state"], result["setting"], result["detail"]))
     if args.prometheus:
@@ -171,18 +189,33 @@ def cli(argv):
     return 0 if summary["drifted"] == summary["error"] == 0 else 1
 
 
+def evaluate(params):
+    """The results and summary of the records (when given), then the explicit checks."""
+    results = []
+    records = params["records"]
+    if records is not None:
+        results += audit_records(params["root"], records.get("record_dir") or "/etc/edgetune/applied",
+                                 records.get("roles") or {})[0]
+    if params["checks"]:
+        results += audit(params["checks"], params["root"])[0]
+    summary = dict((state, sum(1 for r in results if r["state"] == state)) for state in STATES)
+    return results, summary
+
+
 def main():
     from ansible.module_utils.basic import AnsibleModule
     module = AnsibleModule(
         argument_spec={
-            "checks": {"type": "list", "elements": "dict", "required": True},
+            "checks": {"type": "list", "elements": "dict"},
+            "records": {"type": "dict"},
             "root": {"type": "path", "default": "/"},
             "prometheus_file": {"type": "path"},
             "host": {"type": "str", "default": "localhost"},
         },
+        required_one_of=[("checks", "records")],
         supports_check_mode=True,
     )
-    results, summary = audit(module.params["checks"], module.params["root"])
+    results, summary = evaluate(module.params)
     if module.params["prometheus_file"] and not module.check_mode:
         try:
             atomic_write(module.params["prometheus_file"], prometheus_text(module.params["host"], results),
@@ -193,6 +226,6 @@ def main():
 
 
 if __name__ == "__main__":
-    if "--checks" in sys.argv:
+    if ON_DEVICE:
         raise SystemExit(cli(sys.argv[1:]))
     main()

@@ -192,7 +192,7 @@ def inspect(root="/", accelerator="", cpus=""):
         result["bind_cpus"] = [c for c in wanted if c in result["node_cpus"]]
         if wanted and not result["bind_cpus"]:
             raise NumaError("none of the inference CPUs %s is on node %s (CPUs %s), the accelerator's node: choose "
-                            "inference CPUs on that node (edge_bootargs_isolate) or name another accelerator"
+                            "inference CPUs on that node (edge_cpu_isolate) or name another accelerator"
                             % (format_cpulist(wanted), result["node"], format_cpulist(result["node_cpus"])))
     result["bind_cpulist"] = format_cpulist(result["bind_cpus"])
     return result

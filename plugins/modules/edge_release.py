@@ -179,7 +179,7 @@ space:
   returned: when artifacts are given
   type: dict
 device_versions:
-  description: What was detected on the device (C(python), C(tensorrt), C(rknn)).
+  description: What was detected on the device (C(python), C(tensorrt), C(rknn), C(architecture), C(glibc)).
   returned: when artifacts are given
   type: dict
 """
@@ -195,6 +195,8 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact impor
     NAME_RE,
     ArtifactError,
     compatibility_problems,
+    detect_architecture,
+    detect_glibc,
     detect_rknn,
     detect_tensorrt,
     inspect_tarball,
@@ -290,7 +292,8 @@ def check_artifacts(artifacts, device, platform, versions, min_free, root):
             os.path.basename(path), kind, manifest["name"], manifest["version"], len(manifest["files"])))
         manifests[kind] = manifest
         unpacked += size
-    device = dict(device, python=versions["python"], tensorrt=versions["tensorrt"], rknn=versions["rknn"])
+    device = dict(device, python=versions["python"], tensorrt=versions["tensorrt"], rknn=versions["rknn"],
+                  architecture=versions.get("architecture"), glibc=versions.get("glibc"))
     problems = []
     for kind in ("runtime", "engine"):
         problems += compatibility_problems(manifests[kind], device, platform)
@@ -406,7 +409,8 @@ def run(params, check_mode, run_command):
 
     artifacts = params["artifacts"] or []
     versions = {"python": python_version(params["python"], run_command),
-                "tensorrt": detect_tensorrt(), "rknn": detect_rknn()}
+                "tensorrt": detect_tensorrt(), "rknn": detect_rknn(),
+                "architecture": detect_architecture(), "glibc": detect_glibc()}
     manifests, checks, space = check_artifacts(artifacts, params["device"] or {}, params["platform"] or {},
                                                versions, params["min_free_mb"], root)
     name = params["release"] or "%s+%s-%s" % (manifests["runtime"]["version"], manifests["engine"]["name"],

@@ -16,6 +16,14 @@ description:
     O(expect.policy), O(expect.priority) or O(expect.cpus). A unit that claims SCHED_FIFO but runs
     SCHED_OTHER therefore fails here. When O(expect.policy=other) and O(expect.fallback_reason) is set,
     the module warns C(running SCHED_OTHER - <reason>).
+  - C(stream) (an LLM server such as llama.cpp's C(llama-server)) runs O(warmup_generations) then
+    O(generations) streamed completions of O(prompt) (C(POST) O(stream_path) with C(stream) true,
+    temperature 0, O(max_tokens) each), takes the time from sending each request to its first token
+    (TTFT) and the gaps between its tokens as they arrive, and fails when the P99 of either is over
+    O(ttft_p99_ms) or O(token_p99_ms) (0 is no limit).
+  - C(golden) streams the prompt of O(golden) at temperature 0 and compares the first tokens with
+    its C(tokens), the record the packager made of the same engine; a difference means a corrupt
+    or different model or runtime, and the gate refuses it, naming the first differing token.
   - C(latency) sends O(requests) C(POST) requests (after O(warmup) unmeasured ones) over
     O(concurrency) keep-alive connections to 127.0.0.1, computes P50/P90/P99/max and QPS
     (nearest-rank percentiles) and fails when P99 exceeds O(p99_ms) or any request failed. The
@@ -28,7 +36,7 @@ options:
     description: The gates to run, in this order.
     type: list
     elements: str
-    choices: [health, threads, latency]
+    choices: [health, threads, latency, stream, golden]
     default: [health, threads, latency]
   service:
     description: The runtime's systemd unit.
@@ -92,9 +100,45 @@ options:
     type: float
     default: 0
   request_timeout:
-    description: Seconds before one request counts as failed.
+    description: Seconds before one request (a whole generation for C(stream) and C(golden)) counts as failed.
     type: float
     default: 10
+  stream_path:
+    description: The OpenAI-compatible streaming completions endpoint.
+    type: str
+    default: /v1/completions
+  prompt:
+    description: The prompt of the C(stream) gate's generations.
+    type: str
+    default: Once upon a time
+  max_tokens:
+    description: Tokens per generation of the C(stream) gate (at least 2, so that there are gaps to measure).
+    type: int
+    default: 32
+  generations:
+    description: Measured generations of the C(stream) gate.
+    type: int
+    default: 5
+  warmup_generations:
+    description: Generations run first and not measured.
+    type: int
+    default: 1
+  ttft_p99_ms:
+    description: The limit of the time to first token's P99, in milliseconds; 0 is no limit.
+    type: float
+    default: 0
+  token_p99_ms:
+    description: The limit of the inter-token gap's P99, in milliseconds; 0 is no limit.
+    type: float
+    default: 0
+  golden:
+    description:
+      - The engine manifest's record of a known prompt's first tokens at temperature 0 (its C(golden) key,
+        passed whole). The gate reads C(prompt) (a string), C(tokens) (the first tokens, one string each, as
+        the packager streamed them) and C(max_tokens) (tokens to generate, default the number recorded);
+        the record's other keys (C(text), C(recorded_with), ...) are ignored.
+    type: dict
+    default: {}
 attributes:
   check_mode:
     description:
@@ -119,6 +163,20 @@ EXAMPLES = r"""
     requests: 200
     p99_ms: 50
   register: gate
+
+- name: Gate an LLM server (llama-server) on token latency and its first tokens
+  edge_runtime_gate:
+    gates: [health, threads, golden, stream]
+    service: edgetune-llm.service
+    port: 8471
+    health_path: /health
+    expect: {policy: fifo, priority: 40, cpus: "4-7"}
+    golden: "{{ engine_manifest.golden }}"
+    generations: 5
+    max_tokens: 32
+    ttft_p99_ms: 500
+    token_p99_ms: 60
+    request_timeout: 60
 """
 
 RETURN = r"""
@@ -140,15 +198,31 @@ latency:
   description: C(count), C(errors), C(p50_ms), C(p90_ms), C(p99_ms), C(max_ms), C(mean_ms), C(qps), C(p99_limit_ms).
   returned: when the latency gate ran
   type: dict
+token_latency:
+  description: C(runs), C(tokens), C(ttft) and C(inter_token) (each C(count), C(p50_ms), C(p99_ms), C(max_ms)),
+    C(tokens_per_s), C(ttft_p99_limit_ms), C(token_p99_limit_ms).
+  returned: when the stream gate ran
+  type: dict
+golden:
+  description: C(prompt), C(expected) and C(observed) first tokens.
+  returned: when the golden gate ran
+  type: dict
 """
 
-import http.client  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import parse_cpulist  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_latency import run_load  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_llm import (  # noqa: E402
+    LLMError,
+    golden_problems,
+    latency_problems,
+    measure,
+    stream_completion,
+    wait_ready,
+)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import fmt, thread_mismatches, threads_of  # noqa: E402
 
 # What the unit's exit status means: the runtime's own codes (runtime/README.md)
@@ -201,51 +275,31 @@ def describe_failure(module, service, state):
         EXIT_MEANING.get(status, "see the log"), journal_tail(module, service) or "(none)")
 
 
-def get_json(port, path, timeout=2.0):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        data = response.read()
-        try:
-            body = json.loads(data.decode("utf-8"))
-        except ValueError:
-            body = {"raw": data[:200].decode("utf-8", "replace")}
-        return response.status, body
-    finally:
-        conn.close()
-
-
 def gate_health(module, params, result):
     began = time.monotonic()
-    deadline = began + params["health_timeout"]
-    last = "no answer yet"
-    while True:
+    # systemd keeps counting restarts across a manual restart (a rollback right after a release
+    # that crashed): only a restart during the wait counts.
+    restarts = unit_state(module, params["service"])["NRestarts"]
+
+    def unit_alive():
         state = unit_state(module, params["service"])
         result["service"] = state
-        if state.get("ActiveState") == "failed" or state["NRestarts"] > 0 or (
+        if state.get("ActiveState") == "failed" or state["NRestarts"] > restarts or (
                 state.get("ActiveState") == "inactive" and time.monotonic() - began > 2.0):
             raise GateError("health gate: %s" % describe_failure(module, params["service"], state))
-        try:
-            status, body = get_json(params["port"], params["health_path"])
-            if status == 200:
-                result["health"] = {"ready_s": round(time.monotonic() - began, 3), "body": body}
-                state = unit_state(module, params["service"])
-                result["service"] = state
-                # Type=notify: systemd marks the unit active at READY=1, so this is start-to-ready.
-                start, ready = state["InactiveExitTimestampMonotonic"], state["ActiveEnterTimestampMonotonic"]
-                if start and ready >= start:
-                    result["health"]["startup_s"] = round((ready - start) / 1e6, 3)
-                return
-            last = "HTTP %d %s" % (status, body.get("status", ""))
-        except (OSError, http.client.HTTPException) as exc:
-            last = str(exc)
-        if time.monotonic() >= deadline:
-            raise GateError("health gate: %s not ready within %.0f s (last answer from 127.0.0.1:%d%s: %s); "
-                            "last log: %s" % (params["service"], params["health_timeout"], params["port"],
-                                              params["health_path"], last,
-                                              journal_tail(module, params["service"]) or "(none)"))
-        time.sleep(0.2)
+
+    try:
+        result["health"] = wait_ready(params["port"], params["health_path"], params["health_timeout"],
+                                      check=unit_alive)
+    except LLMError as exc:
+        raise GateError("health gate: %s %s; last log: %s" % (
+            params["service"], exc, journal_tail(module, params["service"]) or "(none)")) from None
+    state = unit_state(module, params["service"])
+    result["service"] = state
+    # Type=notify: systemd marks the unit active at READY=1, so this is start-to-ready.
+    start, ready = state["InactiveExitTimestampMonotonic"], state["ActiveEnterTimestampMonotonic"]
+    if start and ready >= start:
+        result["health"]["startup_s"] = round((ready - start) / 1e6, 3)
 
 
 def gate_threads(module, params, result):
@@ -290,11 +344,49 @@ def gate_latency(module, params, result):
             stats["p99_ms"], params["p99_ms"], summary))
 
 
+def gate_stream(module, params, result):
+    try:
+        summary, _runs = measure(params["port"], params["prompt"], params["max_tokens"], params["generations"],
+                                 params["warmup_generations"], timeout=params["request_timeout"],
+                                 path=params["stream_path"])
+    except LLMError as exc:
+        raise GateError("stream gate: %s" % exc) from None
+    summary.update(ttft_p99_limit_ms=params["ttft_p99_ms"], token_p99_limit_ms=params["token_p99_ms"])
+    result["token_latency"] = summary
+    text = "TTFT P50 %s ms, P99 %s ms; inter-token P50 %s ms, P99 %s ms; %s tokens/s over %d generations" % (
+        summary["ttft"]["p50_ms"], summary["ttft"]["p99_ms"], summary["inter_token"]["p50_ms"],
+        summary["inter_token"]["p99_ms"], summary["tokens_per_s"], summary["runs"])
+    problems = latency_problems(summary, params["ttft_p99_ms"], params["token_p99_ms"])
+    if problems:
+        raise GateError("stream gate: %s; %s" % ("; ".join(problems), text))
+
+
+def gate_golden(module, params, result):
+    golden = params["golden"] or {}
+    if not golden.get("prompt") or not golden.get("tokens"):
+        raise GateError("golden gate: no record to compare with: pass the engine manifest's golden "
+                        "(prompt and tokens)")
+    tokens, count = golden["tokens"], golden.get("max_tokens") or len(golden["tokens"])
+    if not isinstance(golden["prompt"], str) or not isinstance(tokens, list) or \
+            not all(isinstance(t, str) for t in tokens) or not isinstance(count, int) or count < 1:
+        raise GateError("golden gate: golden must have a string prompt, a list of string tokens and a positive "
+                        "max_tokens (the engine manifest's golden record), not %s" % json.dumps(golden)[:200])
+    try:
+        run = stream_completion(params["port"], golden["prompt"], count, timeout=params["request_timeout"],
+                                path=params["stream_path"], require_tokens=False)
+    except LLMError as exc:
+        raise GateError("golden gate: %s" % exc) from None
+    result["golden"] = {"prompt": golden["prompt"], "expected": list(golden["tokens"]), "observed": run["tokens"]}
+    problems = golden_problems(run["tokens"], golden)
+    if problems:
+        raise GateError("golden gate: refusing the engine: %s" % "; ".join(problems))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             gates=dict(type="list", elements="str", default=["health", "threads", "latency"],
-                       choices=["health", "threads", "latency"]),
+                       choices=["health", "threads", "latency", "stream", "golden"]),
             service=dict(type="str", default="edgetune-runtime.service"),
             port=dict(type="int", default=8470),
             health_path=dict(type="str", default="/healthz"),
@@ -311,19 +403,31 @@ def main():
             body=dict(type="raw", default={"sample": 0}),
             p99_ms=dict(type="float", default=0),
             request_timeout=dict(type="float", default=10),
+            stream_path=dict(type="str", default="/v1/completions"),
+            prompt=dict(type="str", default="Once upon a time"),
+            max_tokens=dict(type="int", default=32, no_log=False),
+            generations=dict(type="int", default=5),
+            warmup_generations=dict(type="int", default=1),
+            ttft_p99_ms=dict(type="float", default=0),
+            token_p99_ms=dict(type="float", default=0, no_log=False),
+            golden=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
     params = module.params
     if params["requests"] < 1 or params["concurrency"] < 1 or params["warmup"] < 0:
         module.fail_json(msg="requests and concurrency must be at least 1, warmup 0 or more")
+    if params["generations"] < 1 or params["warmup_generations"] < 0 or params["max_tokens"] < 2:
+        module.fail_json(msg="generations must be at least 1, warmup_generations 0 or more and max_tokens "
+                             "at least 2 (one gap between two tokens)")
     if (params["expect"] or {}).get("cpus"):
         try:
             parse_cpulist(params["expect"]["cpus"])
         except ValueError as exc:
             module.fail_json(msg="expect.cpus: %s" % exc)
     result = {"changed": False}
-    gates = {"health": gate_health, "threads": gate_threads, "latency": gate_latency}
+    gates = {"health": gate_health, "threads": gate_threads, "latency": gate_latency, "stream": gate_stream,
+             "golden": gate_golden}
     try:
         for name in params["gates"]:
             gates[name](module, params, result)

@@ -107,6 +107,11 @@ kernel_cpus:
   returned: always
   type: str
   sample: 0-7
+kernel_cpu_count:
+  description: How many CPUs C(kernel_cpus) lists (an unpinned runtime's compute threads).
+  returned: always
+  type: int
+  sample: 8
 """
 
 import re  # noqa: E402
@@ -250,7 +255,8 @@ def main():
                                              ", unit " + h["unit"] if h["unit"] else "") for h in others)
     result = {"changed": False, "port": {"free": not others, "ours": bool(ours), "holders": holders,
                                          "held_by": described},
-              "kernel_cpus": format_cpulist(online), "fifo": None, "affinity": None}
+              "kernel_cpus": format_cpulist(online), "kernel_cpu_count": len(online), "fifo": None,
+              "affinity": None}
     sched = params["sched"]
     if sched:
         if not 1 <= sched["priority"] <= 99:

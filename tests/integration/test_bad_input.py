@@ -197,7 +197,9 @@ def test_every_bad_value_is_reported_at_once_and_nothing_changes(fleet):
         'a corrupt or foreign artifact: %s is not a readable tarball' % fleet["corrupt"],
         'edge_cgroups_memory_max = "64T": (64.0TiB) is more than the RAM',
         'edge_bootarg_isolate is not a variable of any edgetune role or playbook and is ignored '
-        '(did you mean edge_bootargs_isolate?)',
+        '(did you mean edge_cpu_isolate?)',
+        # the CPU split is role edge_cpu's now; the old name is read, with a warning
+        'edge_bootargs_isolate is deprecated: name it edge_cpu_isolate',
         'edge_power_nvpmodel_mode = "MODE_99W": not a power mode of the NVIDIA Jetson Orin NX 16GB; allowed: '
         'recommended (MAXN_SUPER), "" (leave the mode alone) or one of MAXN, MAXN_SUPER, 10W, 15W, 25W, 40W',
         'not a power mode of the NVIDIA Jetson AGX Orin 64GB',

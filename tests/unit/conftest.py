@@ -1,4 +1,7 @@
 """Shared fixtures for the unit tests."""
+import http.server
+import threading
+
 import pytest
 
 try:
@@ -15,3 +18,39 @@ def run_modules_as_on_the_device(monkeypatch):
     so every test sees them as they run there."""
     if module_internal is not None and hasattr(module_internal, "is_controller"):
         monkeypatch.setattr(module_internal, "is_controller", False)
+
+
+class LocalServer(object):
+    """An HTTP server on 127.0.0.1 in a thread, answering with a subclass of ``handler`` that has
+    ``attrs`` as class attributes (a context manager; ``port`` and ``handler``)."""
+
+    def __init__(self, handler, **attrs):
+        self.handler = type(handler.__name__, (handler,), attrs)
+        self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self.handler)
+        self.port = self.http.server_address[1]
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.http.shutdown()
+        self.http.server_close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+@pytest.fixture
+def local_server():
+    """start(handler, **attrs) -> (port, handler class); every server is closed at the end of the test."""
+    servers = []
+
+    def start(handler, **attrs):
+        servers.append(LocalServer(handler, **attrs))
+        return servers[-1].port, servers[-1].handler
+
+    yield start
+    for server in servers:
+        server.close()

@@ -64,12 +64,56 @@ def test_cli_reports_and_exits_by_the_limit(runtime, capsys):
     assert cli.main(["bench", "latency", "--url", url, "--body", "{bad"]) == 2
 
 
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
 @pytest.mark.controller
-def test_png_histogram(runtime, tmp_path):
-    pytest.importorskip("matplotlib", reason="matplotlib is not installed on this controller")
-    result = bench.measure("http://127.0.0.1:%d" % runtime.port, requests=40, warmup=2)
-    path = bench.write_histogram_png(str(tmp_path / "h.png"), {"a": result["samples_ms"]}, "t", 50)
-    assert Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+def test_png_histogram(runtime, tmp_path, capsys):
+    from edgetune import cli
+    png = tmp_path / "h.png"
+    assert cli.main(["bench", "latency", "--url", "http://127.0.0.1:%d" % runtime.port, "--requests", "40",
+                     "--warmup", "2", "--png", str(png)]) == 0
+    assert png.read_bytes()[:8] == PNG_MAGIC  # matplotlib is a dependency (requirements.txt): no skip
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].lstrip().startswith("P50 ") and lines[2] == "  histogram: %s" % png
+
+
+@pytest.mark.controller
+def test_numbers_are_printed_before_the_plot_and_survive_its_failure(runtime, tmp_path, capsys, monkeypatch):
+    from edgetune import cli
+    url = "http://127.0.0.1:%d" % runtime.port
+    printed_before_plot = []
+
+    def plot_that_fails(path, series, title, limit_ms=None):
+        printed_before_plot.append(capsys.readouterr().out)
+        raise RuntimeError("Agg renderer out of memory")
+
+    monkeypatch.setattr(bench, "write_histogram_png", plot_that_fails)
+    assert cli.main(["bench", "latency", "--url", url, "--requests", "20", "--warmup", "0", "--json",
+                     "--png", str(tmp_path / "h.png")]) == 1
+    assert json.loads(printed_before_plot[0])["count"] == 20  # the whole JSON document, before the plot
+    assert capsys.readouterr().err == "edgetune: no PNG written to %s: RuntimeError: Agg renderer out of memory\n" \
+        % (tmp_path / "h.png")
+
+
+@pytest.mark.controller
+def test_a_plot_that_cannot_be_made_says_why_in_one_line(runtime, tmp_path, capsys, monkeypatch):
+    from edgetune import cli
+    url = "http://127.0.0.1:%d" % runtime.port
+    into_missing_dir = tmp_path / "no-such-dir" / "h.png"
+    assert cli.main(["bench", "latency", "--url", url, "--requests", "20", "--warmup", "0",
+                     "--png", str(into_missing_dir)]) == 1
+    out = capsys.readouterr()
+    assert "P50 " in out.out and "histogram:" not in out.out
+    assert out.err.startswith("edgetune: no PNG written to %s: FileNotFoundError: " % into_missing_dir)
+    assert len(out.err.splitlines()) == 1
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as on a controller without it
+    assert cli.main(["bench", "latency", "--url", url, "--requests", "20", "--warmup", "0", "--json",
+                     "--png", str(tmp_path / "h.png")]) == 1
+    out = capsys.readouterr()
+    assert json.loads(out.out)["count"] == 20 and not (tmp_path / "h.png").exists()
+    assert out.err == ("edgetune: no PNG written to %s: matplotlib is not installed on the controller "
+                       "(pip install -r requirements.txt)\n" % (tmp_path / "h.png"))
 
 
 PIPED_SOURCE = "\n".join((REPO / src).read_text()

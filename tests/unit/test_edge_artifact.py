@@ -16,6 +16,8 @@ import pytest
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact import (
     ArtifactError,
     compatibility_problems,
+    detect_architecture,
+    detect_glibc,
     detect_rknn,
     detect_tensorrt,
     inspect_tarball,
@@ -109,6 +111,9 @@ def test_a_good_manifest_has_no_problems():
     ({"compatibility": {"l4t": "~35"}}, "version range"),
     ({"compatibility": {"requires": {"tensorrt": {}}}}, "requires.tensorrt"),
     ({"compatibility": {"requires": {"rknn": {"version": "2"}}}}, "toolkit_version"),
+    ({"backend": "vulkan"}, "backend is 'vulkan', expected one of cpu, cuda, rknn"),
+    ({"architecture": "x86 64"}, "not a machine name"),
+    ({"compatibility": {"requires": {"glibc": "2.36+"}}}, "version range"),
 ])
 def test_bad_manifests_are_named(change, message):
     doc = dict(manifest("engine"), **change)
@@ -189,6 +194,59 @@ def test_rknn_rules():
     assert "has librknnrt 2.1.0" in compatibility_problems(engine, dict(RK, rknn="2.1.0"))[0]
     assert "has librknnrt 1.6.0" in compatibility_problems(engine, dict(RK, rknn="1.6.0"))[0]
     assert any("not a Rockchip NPU" in p for p in compatibility_problems(engine, R36))
+
+
+def llama_server(arch="aarch64", backend="cpu", glibc=">=2.34"):
+    return dict(manifest("runtime", requires={"glibc": glibc}), architecture=arch, backend=backend,
+                engine_formats=["gguf"])
+
+
+def test_backends_known_to_the_check():
+    for backend in ("cpu", "cuda", "rknn"):
+        assert validate_manifest(llama_server(backend=backend)) == []
+
+
+def test_architecture_is_the_devices_own():
+    board = dict(R36, architecture="aarch64", glibc="2.35")
+    assert compatibility_problems(llama_server("aarch64"), board) == []
+    problems = compatibility_problems(llama_server("x86_64"), board)
+    assert problems == ["runtime m 1.0 is built for x86_64, but this board is aarch64"]
+    # The controller leaves the machine to the device (edge_release reads uname there).
+    assert compatibility_problems(llama_server("x86_64"), board, unknown=["architecture"]) == []
+    assert "but this board is unknown" in compatibility_problems(llama_server(), dict(R36, glibc="2.35"))[0]
+
+
+def test_glibc_requirement_names_both_versions():
+    board = dict(R35, architecture="aarch64", glibc="2.31")
+    problems = compatibility_problems(llama_server(glibc=">=2.34"), board)
+    assert problems == ["runtime m 1.0 needs glibc >=2.34, but this board has glibc 2.31"]
+    assert compatibility_problems(llama_server(glibc=">=2.31"), board) == []
+    assert "no glibc found" in compatibility_problems(llama_server(), dict(board, glibc=None))[0]
+    assert compatibility_problems(llama_server(), dict(board, glibc=None), unknown=["glibc"]) == []
+
+
+def test_a_cpu_build_needs_no_l4t_range_but_cuda_needs_l4t():
+    jetson = dict(R36, architecture="aarch64", glibc="2.35")
+    rock = dict(RK, architecture="aarch64", glibc="2.36")
+    # A CPU build runs on any L4T release; the MLP runtime without a backend still declares one.
+    assert compatibility_problems(llama_server(), jetson) == []
+    assert any("declares no L4T release range" in p for p in compatibility_problems(manifest("runtime"), jetson))
+    cuda = llama_server(backend="cuda")
+    assert any("declares no L4T release range" in p for p in compatibility_problems(cuda, jetson))
+    cuda["compatibility"]["l4t"] = ">=36.4,<37"  # a CUDA build is tied to the L4T release's CUDA
+    assert compatibility_problems(cuda, jetson) == []
+    assert "CUDA backend, which needs an NVIDIA Jetson with L4T" in \
+        compatibility_problems(llama_server(backend="cuda"), rock)[0]
+    assert compatibility_problems(llama_server(backend="rknn"), rock) == []
+    assert "RKNN backend (Rockchip NPU), but this board's SoC is tegra234" in \
+        compatibility_problems(llama_server(backend="rknn"), jetson)[0]
+
+
+def test_detect_glibc_and_architecture_of_this_machine():
+    assert detect_architecture() == os.uname().machine
+    version = detect_glibc()
+    assert version and parse_version(version) >= (2, 17)
+    assert version == os.confstr("CS_GNU_LIBC_VERSION").split()[1]
 
 
 def test_runtime_and_engine_formats_must_pair():
@@ -303,3 +361,10 @@ def test_detect_rknn_from_the_embedded_version_string(tmp_path):
     (lib / "librknnrt.so").write_bytes(b"\x7fELF\0\0junk\0librknnrt version: 2.3.0 (c949ad889d@2024-11-07T11:37:43)\0")
     assert detect_rknn(str(tmp_path)) == "2.3.0"
     assert detect_rknn(str(tmp_path / "nothing")) is None
+
+
+def test_a_gguf_model_needs_no_l4t_range_but_a_tensorrt_plan_does():
+    jetson = dict(R36, architecture="aarch64", glibc="2.35")
+    gguf = dict(manifest("engine"), entry="model.gguf", format="gguf", files={"model.gguf": "0" * 64})
+    assert compatibility_problems(gguf, jetson) == []
+    assert any("declares no L4T release range" in p for p in compatibility_problems(manifest("engine"), jetson))

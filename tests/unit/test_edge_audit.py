@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import audit, evaluate, prometheus_text
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import (
+    audit, audit_records, evaluate, prometheus_text)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import parse_record, render_record
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bootloader"
@@ -150,6 +152,76 @@ def test_audit_writes_nothing(tmp_path):
     assert snapshot(root) == before
 
 
+# --------------------------------------------------------------------------
+# Apply records: the checks each role recorded, with the inputs of that apply
+
+RECORD_DIR = "/etc/edgetune/applied"
+INPUTS = {"variables": {"edge_bootargs_extra": [], "edge_bootargs_enabled": True},
+          "plan": {"bootargs": "a1", "cpu": "c1"}}
+
+
+def record(root, role, checks, inputs=None):
+    path = Path(root) / RECORD_DIR.lstrip("/") / (role + ".json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"version": 1, "role": role, "inputs": inputs or INPUTS, "checks": checks},
+                               indent=4, sort_keys=True))
+
+
+def by_setting(results):
+    return {r["setting"]: r for r in results}
+
+
+def test_records_are_evaluated_and_matching_inputs_are_ok(tmp_path):
+    root = device(tmp_path, " " + " ".join(ARGS), " " + " ".join(ARGS))
+    record(root, "edge_bootargs", [cmdline_check()])
+    results, summary = audit_records(str(root), RECORD_DIR, {"edge_bootargs": {"enabled": True, "inputs": INPUTS}})
+    found = by_setting(results)
+    assert found["bootargs"]["state"] == "ok"
+    assert found["edge_bootargs applied state"]["state"] == "ok"
+    assert summary["drifted"] == 0
+
+
+def test_changed_inputs_are_drift_naming_what_changed(tmp_path):
+    root = device(tmp_path, " " + " ".join(ARGS), " " + " ".join(ARGS))
+    record(root, "edge_bootargs", [cmdline_check()])
+    today = {"variables": {"edge_bootargs_extra": ["quiet"], "edge_bootargs_enabled": True},
+             "plan": {"bootargs": "a2", "cpu": "c1"}}
+    results, summary = audit_records(str(root), RECORD_DIR, {"edge_bootargs": {"enabled": True, "inputs": today}})
+    applied = by_setting(results)["edge_bootargs applied state"]
+    assert applied["state"] == "drifted" and summary["drifted"] == 1
+    assert 'edge_bootargs_extra [] -> ["quiet"]' in applied["detail"]
+    assert "plan part bootargs" in applied["detail"] and "plan part cpu" not in applied["detail"]
+    # The recorded checks are still evaluated: the device matches what was applied.
+    assert by_setting(results)["bootargs"]["state"] == "ok"
+
+
+def test_no_record_is_drift_and_a_switched_off_role_is_not_expected(tmp_path):
+    root = device(tmp_path, " " + " ".join(ARGS), " " + " ".join(ARGS))
+    results = audit_records(str(root), RECORD_DIR, {"edge_cpu": {"enabled": True, "inputs": INPUTS},
+                                                    "edge_power": {"enabled": False, "inputs": INPUTS}})[0]
+    assert [(r["setting"], r["state"]) for r in results] == [("edge_cpu applied state", "drifted")]
+    assert "never applied here: no /etc/edgetune/applied/edge_cpu.json" in results[0]["detail"]
+
+
+@pytest.mark.parametrize("content", ["{not json", "[]", '{"checks": "none"}', ""])
+def test_an_unreadable_record_is_an_error_not_a_traceback(tmp_path, content):
+    root = device(tmp_path, "", "")
+    path = root / RECORD_DIR.lstrip("/") / "edge_cpu.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(content)
+    results, summary = audit_records(str(root), RECORD_DIR, {"edge_cpu": {"enabled": True, "inputs": INPUTS}})
+    assert summary["error"] == 1 and "edge_cpu.json" in results[0]["detail"]
+
+
+def test_on_device_timer_reads_every_record_as_recorded(tmp_path):
+    root = device(tmp_path, "", "")  # the boot file lost its arguments
+    record(root, "edge_bootargs", [cmdline_check()])
+    results, summary = audit_records(str(root), RECORD_DIR)
+    assert by_setting(results)["bootargs"]["state"] == "drifted"
+    assert "edge_bootargs applied state" not in by_setting(results)  # no plan to compare the inputs with
+    assert summary["drifted"] == 1
+
+
 def test_prometheus_textfile_lines():
     text = prometheus_text('kiosk"1', [{"setting": "bootargs", "role": "edge_bootargs", "state": "drifted"}])
     assert 'edgetune_drift{host="kiosk\\"1",setting="bootargs",role="edge_bootargs",state="drifted"} 1' in text
@@ -170,10 +242,11 @@ def test_on_device_command_writes_the_textfile_and_exits_1_on_drift(tmp_path):
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(repo / item["src"], dest)
     irq_device(root)
-    checks = tmp_path / "checks.json"
-    checks.write_text(json.dumps({"checks": [cmdline_check(), irq_check()]}))
+    # The apply records, as role edge_record writes them.
+    record(root, "edge_bootargs", [cmdline_check()])
+    record(root, "edge_cpu", [irq_check()])
     prom = tmp_path / "edgetune.prom"
-    run = subprocess.run([sys.executable, str(install / "edge_audit.py"), "--checks", str(checks),
+    run = subprocess.run([sys.executable, str(install / "edge_audit.py"), "--records", RECORD_DIR,
                           "--prometheus", str(prom), "--root", str(root)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
     assert run.returncode == 1, run.stderr
@@ -314,3 +387,74 @@ def test_memory_limits_compare_as_bytes_rounded_down_to_pages(tmp_path):
     assert evaluate(check, str(tmp_path))["state"] == "drifted"
     limit.write_text("max\n")
     assert evaluate(check, str(tmp_path))["state"] == "drifted"
+
+
+# --------------------------------------------------------------------------
+# nvpmodel: the power mode by name, running (nvpmodel -q) and recorded for the boot
+
+ORIN_NX_CONF = Path(__file__).resolve().parents[2] / "tools/edgetune/twin/guest/nvpmodel_confs" \
+    / "nvpmodel_p3767_0000_super.conf"
+
+
+def nvpmodel_device(tmp_path, pmode):
+    (tmp_path / "etc").mkdir(parents=True)
+    (tmp_path / "etc/nvpmodel.conf").write_text(ORIN_NX_CONF.read_text())
+    if pmode is not None:
+        (tmp_path / "var/lib/nvpmodel").mkdir(parents=True)
+        (tmp_path / "var/lib/nvpmodel/status").write_text("pmode:%04d fmode:quiet" % pmode)
+    return tmp_path
+
+
+def running_mode(monkeypatch, name, mode_id, params=()):
+    monkeypatch.setattr(edge_audit, "nvpmodel_query",
+                        lambda root, conf, status: {"name": name, "id": mode_id, "params": list(params)})
+
+
+NVPMODEL_CHECK = {"setting": "nvpmodel mode", "role": "edge_power", "kind": "nvpmodel", "mode": "MAXN_SUPER"}
+
+
+def test_nvpmodel_running_the_desired_mode_is_ok(tmp_path, monkeypatch):
+    running_mode(monkeypatch, "MAXN_SUPER", 0)
+    result = evaluate(NVPMODEL_CHECK, str(nvpmodel_device(tmp_path, 0)))
+    assert (result["state"], result["running"], result["persisted"]) == ("ok", "MAXN_SUPER (id 0)",
+                                                                         "MAXN_SUPER (id 0)")
+
+
+def test_nvpmodel_another_mode_is_drift_named_by_name_and_id(tmp_path, monkeypatch):
+    running_mode(monkeypatch, "25W", 3)
+    result = evaluate(NVPMODEL_CHECK, str(nvpmodel_device(tmp_path, 3)))
+    assert result["state"] == "drifted"
+    assert result["detail"] == "nvpmodel mode is 25W (id 3), desired MAXN_SUPER (id 0)"
+
+
+def test_nvpmodel_recorded_for_the_boot_is_pending(tmp_path, monkeypatch):
+    running_mode(monkeypatch, "25W", 3)
+    result = evaluate(NVPMODEL_CHECK, str(nvpmodel_device(tmp_path, 0)))
+    assert result["state"] == "pending-reboot" and "starts at the next boot (running 25W (id 3))" in result["detail"]
+    waiting = {"param": "CPU_ONLINE", "arg": "CORE_7", "path": "/sys/devices/system/cpu/cpu7/online",
+               "real": "0", "conf": "1"}
+    running_mode(monkeypatch, "MAXN_SUPER", 0, [waiting])
+    result = evaluate(NVPMODEL_CHECK, str(nvpmodel_device(tmp_path / "b", 0)))
+    assert result["state"] == "pending-reboot" and "CPU_ONLINE start at the next boot" in result["detail"]
+
+
+def test_nvpmodel_mode_the_device_does_not_have_is_drift_listing_its_modes(tmp_path, monkeypatch):
+    running_mode(monkeypatch, "MAXN_SUPER", 0)
+    result = evaluate(dict(NVPMODEL_CHECK, mode="MAXN"), str(nvpmodel_device(tmp_path, 0)))
+    assert result["state"] == "drifted" and "has no power mode 'MAXN' (modes: MAXN_SUPER, 10W" in result["detail"]
+
+
+def test_nvpmodel_without_conf_or_program_is_an_error_not_a_traceback(tmp_path, monkeypatch):
+    assert evaluate(NVPMODEL_CHECK, str(tmp_path))["state"] == "error"
+    # On a fixture root the program is never run: said so.
+    result = evaluate(NVPMODEL_CHECK, str(nvpmodel_device(tmp_path / "c", 0)))
+    assert result["state"] == "error" and "runs on the device root only" in result["detail"]
+
+
+def test_a_new_edgetune_is_a_change_of_the_inputs(tmp_path):
+    root = device(tmp_path, " " + " ".join(ARGS), " " + " ".join(ARGS))
+    record(root, "edge_bootargs", [cmdline_check()], dict(INPUTS, code="c0de1"))
+    results = audit_records(str(root), RECORD_DIR, {"edge_bootargs": {"enabled": True,
+                                                                      "inputs": dict(INPUTS, code="c0de2")}})[0]
+    applied = by_setting(results)["edge_bootargs applied state"]
+    assert applied["state"] == "drifted" and "edgetune's code for this role" in applied["detail"]

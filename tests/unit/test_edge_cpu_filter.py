@@ -129,8 +129,8 @@ def test_cpu0_allowed_when_forced():
 # Each error
 
 @pytest.mark.parametrize("isolate, housekeeping, ncpus, online, message", [
-    ("4-x", "auto", 8, None, "edge_bootargs_isolate: invalid CPU list item '4-x' in '4-x'"),
-    ("auto", "0-y", 8, None, "edge_bootargs_housekeeping: invalid CPU list item '0-y' in '0-y'"),
+    ("4-x", "auto", 8, None, "edge_cpu_isolate: invalid CPU list item '4-x' in '4-x'"),
+    ("auto", "0-y", 8, None, "edge_cpu_housekeeping: invalid CPU list item '0-y' in '0-y'"),
     ("4-9", "auto", 8, None, "inference CPUs 8-9 do not exist on this board (CPUs 0-7)"),
     ("4-7", "0-3,12", 8, None, "housekeeping CPUs 12 do not exist on this board (CPUs 0-7)"),
     ("4-7", "0-3,9", 12, list(range(8)),
@@ -138,7 +138,7 @@ def test_cpu0_allowed_when_forced():
     ("0-7", "auto", 8, None, "the housekeeping set is empty: keep at least one CPU for the system"),
     ("4-7", "0-4", 8, None, "CPUs 4 are in both the inference and the housekeeping set"),
     ("0,4-7", "1-3", 8, None, "cpu0 handles boot-time and unmovable work; keep it for housekeeping "
-                              "or set edge_bootargs_allow_cpu0: true"),
+                              "or set edge_cpu_allow_cpu0: true"),
 ])
 def test_errors(isolate, housekeeping, ncpus, online, message):
     with pytest.raises(AnsibleFilterError) as info:

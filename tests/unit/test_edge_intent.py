@@ -142,8 +142,8 @@ def test_the_project_inventories_are_valid():
 
 
 @pytest.mark.parametrize("values", [
-    {"edge_bootargs_isolate": "6-7", "edge_bootargs_housekeeping": "0-5"},
-    {"edge_bootargs_isolate": "none", "edge_cgroups_enabled": False},
+    {"edge_cpu_isolate": "6-7", "edge_cpu_housekeeping": "0-5"},
+    {"edge_cpu_isolate": "none", "edge_cgroups_enabled": False},
     {"edge_bootargs_cgroup_v2": True}, {"edge_bootargs_cgroup_v2": False},
     {"edge_power_nvpmodel_mode": "25W"}, {"edge_power_nvpmodel_mode": ""},
     {"edge_power_jetson_clocks": None}, {"edge_power_jetson_clocks": False},
@@ -158,6 +158,8 @@ def test_the_project_inventories_are_valid():
     {"edge_runtime_cpus": "4-7", "edge_runtime_health_timeout": "30", "edge_runtime_port": "8479",
      "edge_runtime_p99_ms": "0.5"},
     {"edge_runtime_env": {"EDGETUNE_LOG": "debug", "EDGETUNE_BATCH": 4}},
+    {"edge_runtime_env": {"LLAMA_ARG_BATCH": 256}, "edge_runtime_ctx_size": 4096, "edge_runtime_ttft_p99_ms": 0,
+     "edge_runtime_token_p99_ms": "50", "edge_runtime_gate_generations": 20, "edge_runtime_gate_max_tokens": 2},
     {"edge_audit_timer_calendar": "daily", "edge_audit_timer_random_delay": "1h 30min"},
     {"edge_reboot_policy": "never", "edge_reboot_serial": "20%", "edge_deploy_serial": [1, "50%"]},
     {"edge_cgroups_memory_max": "12G", "edge_cgroups_memory_high": "", "edge_cgroups_cpu_quota": "250%"},
@@ -167,7 +169,7 @@ def test_good_intents(values):
 
 
 def test_agx_in_mode_30w_may_isolate_offline_cpus():
-    assert problems({"edge_bootargs_isolate": "4-11"}, name="agx-r35") == {}
+    assert problems({"edge_cpu_isolate": "4-11"}, name="agx-r35") == {}
     result = check({}, name="agx-r35")
     assert result["partition"]["offline_inference"] == [8, 9, 10, 11]
 
@@ -204,9 +206,9 @@ def test_health_timeout(value):
 
 
 def test_empty_isolate_is_not_none():
-    message = only({"edge_bootargs_isolate": ""})
+    message = only({"edge_cpu_isolate": ""})
     assert "empty (an empty string is not none); allowed: auto, none or a CPU list" in message
-    assert "edge_bootargs_housekeeping" in only({"edge_bootargs_housekeeping": " "})
+    assert "edge_cpu_housekeeping" in only({"edge_cpu_housekeeping": " "})
 
 
 def test_misspelled_variable_is_warned_with_the_nearest_name():
@@ -214,7 +216,7 @@ def test_misspelled_variable_is_warned_with_the_nearest_name():
     assert result["problems"] == []
     assert result["warnings"] == [
         "edge_bootarg_isolate is not a variable of any edgetune role or playbook and is ignored "
-        "(did you mean edge_bootargs_isolate?)",
+        "(did you mean edge_cpu_isolate?)",
         "edge_runtime_helth_timeout is not a variable of any edgetune role or playbook and is ignored "
         "(did you mean edge_runtime_health_timeout?)",
         "edge_zzz_qqq is not a variable of any edgetune role or playbook and is ignored"]
@@ -319,7 +321,7 @@ def test_netqos_is_not_checked_when_absent_or_empty():
 
 def test_every_problem_of_every_role_is_reported_at_once():
     values = {"edge_power_nvpmodel_mode": "MODE_99W", "edge_audit_timer_calendar": "bogus",
-              "edge_runtime_health_timeout": -5, "edge_bootargs_isolate": "", "edge_bootargs_cgroup_v2": "maybe",
+              "edge_runtime_health_timeout": -5, "edge_cpu_isolate": "", "edge_bootargs_cgroup_v2": "maybe",
               "edge_runtime_slice": "ai/infer.slice", "edge_runtime_cpus": "4-19",
               "edge_pcie_qos_mappings": [{"device_class": "0x0108", "tcs": "1,2"}],
               "edge_netqos_interfaces": ["eth0"], "edge_netqos_ports": [70000], "edge_netqos_rate": "1gbit",
@@ -368,9 +370,9 @@ def test_power_lists_are_lists():
 
 
 def test_isolation_the_board_cannot_have():
-    assert "inference CPUs 8-19 do not exist on this board (CPUs 0-7)" in only({"edge_bootargs_isolate": "8-19"})
-    assert "cpu0 handles boot-time" in only({"edge_bootargs_isolate": "0-3", "edge_bootargs_housekeeping": "4-7"})
-    assert "housekeeping CPUs 8-9 are offline" in only({"edge_bootargs_housekeeping": "0-3,8-9"}, name="agx-r35")
+    assert "inference CPUs 8-19 do not exist on this board (CPUs 0-7)" in only({"edge_cpu_isolate": "8-19"})
+    assert "cpu0 handles boot-time" in only({"edge_cpu_isolate": "0-3", "edge_cpu_housekeeping": "4-7"})
+    assert "housekeeping CPUs 8-9 are offline" in only({"edge_cpu_housekeeping": "0-3,8-9"}, name="agx-r35")
 
 
 def test_kernel_without_nohz_full():
@@ -392,11 +394,11 @@ def test_cgroup_limits_against_the_board():
     assert "must be below kernel.sched_rt_runtime_us (900000)" in found["edge_cgroups_rt_runtime_us"]
 
 
-def test_cgroups_need_inference_cpus_and_bootargs():
-    found = problems({"edge_bootargs_isolate": "none"})
+def test_cgroups_need_inference_cpus_but_not_the_bootargs_role():
+    found = problems({"edge_cpu_isolate": "none"})
     assert list(found) == ["edge_cgroups_enabled"] and "there are no inference CPUs" in found["edge_cgroups_enabled"]
-    found = problems({"edge_bootargs_enabled": False})
-    assert sorted(found) == ["edge_cgroups_enabled", "edge_cpu_enabled"]
+    # The CPU sets come from the plan, whether role edge_bootargs runs or not.
+    assert problems({"edge_bootargs_enabled": False}) == {}
 
 
 def test_rt_throttling_must_stay_on():
@@ -432,6 +434,10 @@ def test_rt_throttling_must_stay_on():
     ({"edge_runtime_release": "1.0/evil"}, "edge_runtime_release"),
     ({"edge_runtime_env": {"PATH": "/tmp"}}, "edge_runtime_env"),
     ({"edge_runtime_env": {"EDGETUNE_PORT": 1}}, "edge_runtime_env"),
+    ({"edge_runtime_env": {"LLAMA_ARG_THREADS": 8}}, "edge_runtime_env"),
+    ({"edge_runtime_ctx_size": 16}, "edge_runtime_ctx_size"),
+    ({"edge_runtime_gate_max_tokens": 1}, "edge_runtime_gate_max_tokens"),
+    ({"edge_runtime_ttft_p99_ms": -1}, "edge_runtime_ttft_p99_ms"),
     ({"edge_runtime_env": {"EDGETUNE_X": "a\nb"}}, "edge_runtime_env"),
     ({"edge_runtime_env": ["EDGETUNE_X=1"]}, "edge_runtime_env"),
     ({"edge_runtime_artifact_source": "usb"}, "edge_runtime_artifact_source"),
@@ -467,9 +473,35 @@ def test_url_and_device_artifacts_need_checksums():
 
 
 def test_roles_subset_checks_only_their_variables():
-    values = {"edge_runtime_health_timeout": -5, "edge_bootargs_isolate": ""}
+    values = {"edge_runtime_health_timeout": -5, "edge_netqos_rate": "fast"}
     assert list(problems(values, roles=["edge_runtime"])) == ["edge_runtime_health_timeout"]
     assert check(values, roles=["edge_runtime"], present=[])["warnings"] == []
+
+
+def test_the_cpu_split_is_checked_with_every_role_that_uses_it():
+    for role in intent.CPU_ROLES:
+        assert list(problems({"edge_cpu_isolate": ""}, roles=[role])) == ["edge_cpu_isolate"], role
+    assert problems({"edge_cpu_isolate": ""}, roles=["edge_netqos"]) == {}
+
+
+def test_the_old_names_of_the_cpu_split_are_read_with_a_warning():
+    checked = check({"edge_bootargs_isolate": "6-7", "edge_bootargs_allow_cpu0": False})
+    assert checked["problems"] == []
+    assert checked["partition"]["inference_list"] == "6-7"
+    assert checked["deprecations"] == [
+        "edge_bootargs_allow_cpu0 is deprecated: name it edge_cpu_allow_cpu0 (the old name is read until 0.4.0)",
+        "edge_bootargs_isolate is deprecated: name it edge_cpu_isolate (the old name is read until 0.4.0)"]
+    # a bad value is reported under the name the inventory used
+    found = problems({"edge_bootargs_isolate": "6-19"})
+    assert list(found) == ["edge_bootargs_isolate"] and found["edge_bootargs_isolate"].startswith(
+        'edge_bootargs_isolate = "6-19": inference CPUs 8-19 do not exist')
+    # the new name, when set, wins
+    checked = check({"edge_bootargs_isolate": "6-7", "edge_cpu_isolate": "5-7"})
+    assert checked["partition"]["inference_list"] == "5-7"
+    assert "edge_bootargs_isolate is deprecated and ignored" in checked["deprecations"][0]
+    # inside a role its defaults are among the host's variables: the old name still counts
+    checked = check({"edge_bootargs_isolate": "6-7", "edge_cpu_isolate": "auto"})
+    assert checked["partition"]["inference_list"] == "6-7"
 
 
 def test_without_facts_only_types_and_ranges():
@@ -554,6 +586,25 @@ def test_incompatible_engine_is_refused_on_the_controller(artifacts):
     assert "incompatible release: engine mlp-small 0.2.0 is built for SoC rk3588, but this board is tegra234" \
         in found["edge_runtime_engine_src"]
     assert artifact_problems(artifacts, name="rock5b", edge_runtime_engine_src=artifacts["rk_only"]["path"]) == {}
+
+
+def test_a_context_longer_than_the_engines_is_refused(tmp_path):
+    from edgetune import artifacts as packager
+    server = packager.package(
+        {"kind": "runtime", "name": "llama-server", "version": "0.1.0", "entry": "bin/llama-server",
+         "engine_formats": ["gguf"], "backend": "cpu", "compatibility": {}},
+        {"bin/llama-server": (b"\x7fELF", 0o755)}, tmp_path, "edgetune-llama-server-0.1.0")
+    model = packager.package(
+        {"kind": "engine", "name": "tiny", "version": "0.1.0", "entry": "model.gguf", "format": "gguf",
+         "model": {"context_length": 512}, "compatibility": {}}, {"model.gguf": (b"GGUF", 0o644)}, tmp_path,
+        "edgetune-engine-tiny-0.1.0")
+    values = {"edge_runtime_artifacts_dir": str(tmp_path), "edge_runtime_runtime_src": Path(server["path"]).name,
+              "edge_runtime_engine_src": Path(model["path"]).name}
+    kwargs = {"roles": ["edge_runtime"], "controller_artifacts": {"tensorrt_by_l4t": TENSORRT}}
+    found = problems(dict(values, edge_runtime_ctx_size=2048), **kwargs)
+    assert list(found) == ["edge_runtime_ctx_size"], found
+    assert "more than the engine's context length; allowed: 64-512 (tiny)" in found["edge_runtime_ctx_size"]
+    assert problems(dict(values, edge_runtime_ctx_size=512), **kwargs) == {}
 
 
 def test_artifacts_not_checked_in_audit_mode(artifacts):

@@ -940,3 +940,42 @@ def test_show_errors_exit_2(twin_link, tmp_path):
     assert code == 2 and "truncated: 64 bytes" in json.loads(out)["devices"][2]["error"]
     code, _out, err = edgetune("pcie", "show", "--config", str(tmp_path / "absent"))
     assert code == 2 and "cannot read" in err
+
+
+# --------------------------------------------------------------------------
+# The drift audit's pcie_vc check: both ends planned from config space
+
+PCIE_CHECK = {"setting": "PCIe class 0x0108 TC 1 on VC ID 1", "role": "edge_pcie_qos", "kind": "pcie_vc",
+              "device": None, "device_class": "0x0108", "tcs": [1], "vc_id": 1}
+
+
+def test_audit_names_both_ends_until_the_mapping_is_made_and_then_is_ok(twin_link, partner, capsys):
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import evaluate
+    root, (rp, ep) = twin_link
+    before = snapshot(root)
+    result = evaluate(PCIE_CHECK, str(root))
+    assert result["state"] == "drifted"
+    assert result["detail"] == ("TC 1 not on VC ID 1: 0001:00:00.0 (upstream port) VC0 Resource Control, "
+                                "VC1 Resource Control to rewrite; 0001:01:00.0 (device) VC0 Resource Control, "
+                                "VC1 Resource Control to rewrite")
+    assert snapshot(root) == before  # the audit reads only
+    run_module(dict(NVME_TC1, sysfs_root=str(root)), capsys)
+    result = evaluate(PCIE_CHECK, str(root))
+    assert result["state"] == "ok" and result["running"]["0001:01:00.0 (device)"]["VC1 Resource Control"] == \
+        "0x81000002"
+    # Two config bytes moved TC1 back to VC0 on the device end only: drift, that end named.
+    data = bytearray(Path(ep).read_bytes())
+    struct.pack_into("<I", data, 0x15C, 0x800000FF)
+    struct.pack_into("<I", data, 0x168, 0x01000000)
+    Path(ep).write_bytes(bytes(data))
+    result = evaluate(PCIE_CHECK, str(root))
+    assert result["state"] == "drifted" and "0001:01:00.0 (device)" in result["detail"]
+    assert "upstream port" not in result["detail"]
+
+
+def test_audit_of_a_link_without_virtual_channels_is_unsupported(tmp_path):
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import evaluate
+    link_tree(tmp_path, spec_image([], class_code=0x060400, port_type=0x4), spec_image([]))
+    result = evaluate(PCIE_CHECK, str(tmp_path))
+    assert result["state"] == "unsupported" and "no Virtual Channel capability" in result["detail"]
+    assert evaluate(dict(PCIE_CHECK, device_class=None, device="0009:01:00.0"), str(tmp_path))["state"] == "error"

@@ -247,3 +247,19 @@ def test_packager_tarballs_are_reproducible(tmp_path, built):
     assert a["artifact"]["sha256"] == b["artifact"]["sha256"] == built["1.0.0"][1]["sha256"]
     with tarfile.open(a["path"]) as tar:
         assert {m.uid for m in tar.getmembers()} == {0} and len({m.mtime for m in tar.getmembers()}) == 1
+
+
+def test_the_device_checks_its_own_machine_and_glibc(tmp_path, capsys, built):
+    manifest = {"kind": "runtime", "name": "llama-server", "version": "0.5.0", "entry": "bin/llama-server",
+                "engine_formats": ["edgetune-mlp-json/1"], "architecture": "riscv64", "backend": "cpu",
+                "compatibility": {"requires": {"glibc": ">=99.0"}}}
+    foreign = artifacts.package(manifest, {"bin/llama-server": (b"#!/bin/sh\n", 0o755)}, tmp_path, "foreign")
+    release = [{"path": foreign["path"], "sha256": foreign["artifact"]["sha256"], "kind": "runtime"},
+               built["1.0.0"][1]]
+    result = run(capsys, root=str(tmp_path / "opt"), artifacts=release)
+    assert result["failed"] and "incompatible release, nothing was changed" in result["msg"]
+    assert "runtime llama-server 0.5.0 is built for riscv64, but this board is %s" % os.uname().machine \
+        in result["msg"]
+    glibc = os.confstr("CS_GNU_LIBC_VERSION").split()[1]
+    assert "needs glibc >=99.0, but this board has glibc %s" % glibc in result["msg"]
+    assert not (tmp_path / "opt").exists()

@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import edge_runtime_gate
@@ -125,20 +124,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def http_server():
-    servers = []
-
-    def start(delay=0.0, status=200):
-        handler = type("H", (Handler,), {"delay": delay, "status": status, "calls": 0})
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server.server_address[1], handler
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+def http_server(local_server):
+    return lambda delay=0.0, status=200: local_server(Handler, delay=delay, status=status, calls=0)
 
 
 def test_run_load_measures_each_request(http_server):

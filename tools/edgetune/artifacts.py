@@ -5,6 +5,12 @@
 
     edgetune-runtime-<version>.tar.gz            + .manifest.json beside it
     edgetune-engine-<name>-<version>.tar.gz      + .manifest.json beside it
+    edgetune-llama-server-<version>-<distro>-<arch>.tar.gz   (one per twin distribution)
+    edgetune-engine-smollm2-135m-instruct-q4_1-<version>.tar.gz   (the GGUF engine)
+
+The last two are the LLM runtime and engine (tools/edgetune/llm.py): llama.cpp's
+llama-server built from source in a container of each target distribution and
+cached by content hash, and the GGUF taken from a Python wheel.
 
 Each tarball holds MANIFEST.json (schema in plugins/module_utils/edge_artifact.py);
 the sidecar manifest is the same document plus the tarball's sha256 and size.
@@ -109,7 +115,7 @@ def build_engine_document(spec, version=None):
 
 
 # ------------------------------------------------------------------ tarballs
-def write_tarball(path, files):
+def write_tarball(path, files, compresslevel=9):
     """files: {relative name: (bytes, mode)} -> a reproducible .tar.gz; returns its sha256."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
@@ -126,7 +132,7 @@ def write_tarball(path, files):
             _fix(info)
             tar.addfile(info, io.BytesIO(data))
     out = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=9) as gz:
+    with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=compresslevel) as gz:
         gz.write(raw.getvalue())
     data = out.getvalue()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,8 +146,9 @@ def _fix(info):
     info.mtime, info.uid, info.gid, info.uname, info.gname = MTIME, 0, 0, "root", "root"
 
 
-def package(manifest, files, out_dir, stem):
-    """Write <stem>.tar.gz (with MANIFEST.json) and <stem>.tar.gz.manifest.json; returns the sidecar dict."""
+def package(manifest, files, out_dir, stem, compresslevel=9):
+    """Write <stem>.tar.gz (with MANIFEST.json) and <stem>.tar.gz.manifest.json; returns the sidecar dict.
+    ``compresslevel``: 1 for content that hardly compresses (quantized weights)."""
     manifest = dict(manifest)
     manifest["schema"] = artifact.SCHEMA
     manifest["files"] = {name: artifact.sha256_bytes(data) for name, (data, _) in files.items()}
@@ -151,7 +158,7 @@ def package(manifest, files, out_dir, stem):
     content = dict(files)
     content[artifact.MANIFEST_NAME] = (json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n", 0o644)
     tarball = Path(out_dir) / (stem + ".tar.gz")
-    sha, size = write_tarball(tarball, content)
+    sha, size = write_tarball(tarball, content, compresslevel)
     sidecar = dict(manifest, artifact={"file": tarball.name, "sha256": sha, "size": size})
     Path(str(tarball) + ".manifest.json").write_text(json.dumps(sidecar, indent=2, sort_keys=True) + "\n")
     return dict(sidecar, path=str(tarball))
@@ -200,12 +207,16 @@ def cmd_package(args):
         if not Path(args.engine_spec).is_file():
             raise UsageError("no engine spec at %s" % args.engine_spec)
         results.append(package_engine(out, args.engine_spec, args.engine_version))
+    if args.what in ("all", "llm"):
+        from edgetune import llm
+        distros = [d.strip() for d in args.distro.split(",") if d.strip()] if args.distro else None
+        results += llm.package_llm(out, args.arch or None, distros)
     if args.json:
         print(json.dumps(results, indent=2))
     else:
         for item in results:
-            print("%-8s %-18s %-8s sha256 %s  %s" % (item["kind"], item["name"], item["version"],
-                                                     item["artifact"]["sha256"], item["path"]))
+            print("%-8s %-26s %-15s sha256 %s  %s" % (item["kind"], item["name"], item["version"],
+                                                      item["artifact"]["sha256"], item["path"]))
     return 0
 
 
@@ -214,7 +225,12 @@ def add_parser(subparsers):
     sub = runtime.add_subparsers(dest="runtime_command", required=True)
     p = sub.add_parser("package", help="build the runtime and engine tarballs with manifests")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output directory (default: %(default)s)")
-    p.add_argument("--what", choices=["all", "runtime", "engine"], default="all")
+    p.add_argument("--what", choices=["all", "runtime", "engine", "llm"], default="all",
+                   help="llm: llama-server (built per distribution, cached) and the GGUF engine")
+    p.add_argument("--arch", default="", help="llama-server's target machine: x86_64 or aarch64 "
+                   "(cross-compiled; default: this machine's)")
+    p.add_argument("--distro", default="", help="comma-separated Debian codenames to build llama-server for "
+                   "(default: the twins' oldest, whose build runs on all of them)")
     p.add_argument("--runtime-version", help="version to stamp on the runtime (default: runtime/edgetune_runtime)")
     p.add_argument("--engine-spec", default=str(DEFAULT_SPEC))
     p.add_argument("--engine-version", help="version to stamp on the engine (default: the spec's)")

@@ -1,186 +1,353 @@
 """`edgetune audit`: which device drifted, and how.
 
-Runs playbooks/audit.yml (roles render their desired state on the controller,
-one edge_audit call per device compares it with the device), reads the
-results through Ansible's JSON callback and writes the reports: a table for
-people, JSON, JUnit XML for CI and a Prometheus textfile for node_exporter.
-Exit codes: 0 clean, 1 drift or unreachable devices, 2 usage or environment.
+Runs the collection's audit playbook (edgetune.fleet.audit: the roles render
+their desired state on the controller, one edge_audit call per device compares
+it with the device) as `ansible-playbook` would from the current directory
+(edgetune.ansible_setup), follows it through ansible-runner's event stream,
+prints one line per device as its result arrives, and writes the reports
+(edgetune.audit_report).
+
+A device is ok, drifted, pending-reboot, unreachable or error, with the cause.
+Exit codes: 0 every device ok or pending-reboot, 1 otherwise, 2 usage or environment.
 """
+import argparse
+import collections
+import datetime
+import getpass
 import json
 import os
+import re
+import shlex
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
-from xml.sax.saxutils import escape, quoteattr
 
-from edgetune.errors import UsageError
+from edgetune import ansible_setup, audit_report
+from edgetune.errors import UsageError, require_module
 
 AUDIT_TASK = "Audit the managed settings"
-FINDINGS = ("drifted", "error")
+# A failed task whose connection failed, not its module: docker's exec on a
+# stopped twin, ssh losing the device. Ansible reports these as module failures
+# ("Module result deserialization failed"); the cause is in module_stderr.
+CONNECTION_GONE = re.compile(
+    r"is not running|No such container|Connection refused|Connection timed out|Operation timed out"
+    r"|No route to host|Connection reset|Connection closed|Could not resolve hostname|Broken pipe",
+    re.IGNORECASE)
+# Lines that say nothing about why a task failed.
+NOISE = re.compile(r"^(Shared connection to \S+ closed\.|Warning: Permanently added .*)$")
+# Ansible's messages for a module that returned no result: its stderr says why.
+NO_RESULT_MESSAGES = ("MODULE FAILURE", "Module result deserialization failed")
+CAUSE_CHARS = 300
 
 
-def find_project(start=None):
-    """The edgetune checkout: the directory holding ansible.cfg and playbooks/audit.yml."""
-    here = Path(start or os.getcwd()).resolve()
-    for candidate in [here] + list(here.parents) + [Path(__file__).resolve().parents[2]]:
-        if (candidate / "playbooks" / "audit.yml").exists() and (candidate / "ansible.cfg").exists():
-            return candidate
-    raise UsageError("cannot find the edgetune project (playbooks/audit.yml); run from the checkout")
+class AuditOptions:
+    """What the operator asked for, in ansible-playbook's terms."""
+
+    def __init__(self, inventories=(), limit=None, extra_vars=(), forks=None, user=None, private_key=None,
+                 vault_ids=(), ask_vault_pass=False, verbosity=0):
+        self.inventories = list(inventories)
+        self.limit = limit
+        self.extra_vars = list(extra_vars)
+        self.forks = forks
+        self.user = user
+        self.private_key = private_key
+        self.vault_ids = list(vault_ids)
+        self.ask_vault_pass = ask_vault_pass
+        self.verbosity = verbosity
+
+    @classmethod
+    def from_args(cls, args):
+        return cls(inventories=args.inventory or (), limit=args.limit, extra_vars=args.extra_vars or (),
+                   forks=args.forks, user=args.user, private_key=args.private_key,
+                   vault_ids=args.vault_id or (), ask_vault_pass=args.ask_vault_pass, verbosity=args.verbose)
 
 
-def run_playbook(project, inventories=(), limit=None, extra_vars=()):
-    argv = ["ansible-playbook", str(project / "playbooks" / "audit.yml")]
-    for inventory in inventories:
+def ansible_playbook_argv(executable, options, playbook):
+    """The command line, as the operator would type it; relative paths stay relative to the current directory."""
+    argv = [executable]
+    for inventory in options.inventories:
         argv += ["-i", inventory]
-    if limit:
-        argv += ["-l", limit]
-    for extra in extra_vars:
+    if options.limit:
+        argv += ["--limit", options.limit]
+    for extra in options.extra_vars:
         argv += ["-e", extra]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(project / "ansible.cfg"),
-               ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", EDGETUNE_NO_SUMMARY="1",
-               ANSIBLE_NOCOLOR="1")
-    try:
-        result = subprocess.run(argv, cwd=str(project), env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, check=False)
-    except FileNotFoundError:
-        raise UsageError("ansible-playbook not found; run `make venv` and use .venv/bin/edgetune") from None
-    try:
-        return json.loads(result.stdout)
-    except ValueError:
-        tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
-        raise UsageError("the audit playbook did not run: %s" % " | ".join(tail)) from None
+    if options.forks:
+        argv += ["--forks", str(options.forks)]
+    if options.user:
+        argv += ["--user", options.user]
+    if options.private_key:
+        argv += ["--private-key", options.private_key]
+    for vault_id in options.vault_ids:
+        argv += ["--vault-id", vault_id]
+    if options.ask_vault_pass:
+        argv.append("--ask-vault-pass")
+    if options.verbosity:
+        argv.append("-" + "v" * options.verbosity)
+    return argv + [playbook]
 
 
-def collect(report):
-    """Ansible JSON callback output -> {host: {"status": ..., "results": [...], "message": ...}}."""
-    hosts = {}
-    for host, stats in report.get("stats", {}).items():
-        hosts[host] = {"status": "unreachable" if stats.get("unreachable") else "failed"
-                       if stats.get("failures") else "unknown", "results": [], "message": ""}
-    for play in report.get("plays", []):
-        for task in play.get("tasks", []):
-            for host, result in task.get("hosts", {}).items():
-                entry = hosts.setdefault(host, {"status": "unknown", "results": [], "message": ""})
-                if result.get("unreachable"):
-                    entry["status"], entry["message"] = "unreachable", result.get("msg", "")
-                elif result.get("failed") and not entry["message"]:
-                    entry["message"] = "%s: %s" % (task["task"]["name"], result.get("msg", ""))
-                elif task["task"]["name"] == AUDIT_TASK and "results" in result:
-                    entry["results"] = result["results"]
-                    entry["status"] = "audited"
-    for entry in hosts.values():
-        if entry["status"] == "audited":
-            states = {r["state"] for r in entry["results"]}
-            entry["status"] = ("drifted" if states & set(FINDINGS)
-                               else "pending-reboot" if "pending-reboot" in states else "clean")
-        elif entry["status"] == "unknown":
-            entry["status"] = "failed"
-    return hosts
+def vault_passwords(options, ask=None):
+    """{prompt pattern: password}. Ansible asks on its terminal, which ansible-runner holds: the
+    passwords are asked here first, and runner answers Ansible's own prompts with them."""
+    ask = ask or getpass.getpass
+    answers = {}
+    if options.ask_vault_pass:
+        answers[r"^Vault password:\s*?$"] = ask("Vault password: ")
+    for vault_id in options.vault_ids:
+        label, _, source = vault_id.rpartition("@")
+        if source == "prompt":
+            label = label or "default"
+            answers[r"^Vault password \(%s\):\s*?$" % re.escape(label)] = ask("Vault password (%s): " % label)
+    return answers
 
 
-def summary(hosts):
-    counts = {}
-    for entry in hosts.values():
-        counts[entry["status"]] = counts.get(entry["status"], 0) + 1
-    return counts
+def ansible_playbook_executable():
+    """The ansible-playbook of this Python's ansible-core (whose config reading we used), else PATH's."""
+    beside = Path(sys.executable).parent / "ansible-playbook"
+    found = str(beside) if beside.exists() else shutil.which("ansible-playbook")
+    if not found:
+        raise UsageError("ansible-playbook not found; run `make venv` and use .venv/bin/edgetune")
+    return found
 
 
-def exit_code(hosts):
-    return 0 if all(e["status"] in ("clean", "pending-reboot") for e in hosts.values()) else 1
+# ---------------------------------------------------------------- classification
+def meaningful_line(text):
+    """The line that says why: the first one, or a Python traceback's last."""
+    lines = [line.strip() for line in (text or "").splitlines()]
+    lines = [line for line in lines if line and not NOISE.match(line)]
+    if not lines:
+        return ""
+    if lines[0].startswith("Traceback (most recent call last)"):
+        return lines[-1]
+    return lines[0]
 
 
-def table(hosts, verbose=False):
-    lines = []
-    for host in sorted(hosts):
-        entry = hosts[host]
-        lines.append("%-28s %s%s" % (host, entry["status"].upper(),
-                                      (": " + entry["message"]) if entry["message"] else ""))
-        for result in entry["results"]:
-            if verbose or result["state"] != "ok":
-                lines.append("    %-15s %-34s %s" % (result["state"], result["setting"], result.get("detail", "")))
-    counts = summary(hosts)
-    lines.append("fleet: %d device(s): %s" % (len(hosts), ", ".join(
-        "%d %s" % (n, state) for state, n in sorted(counts.items()))))
-    return "\n".join(lines)
+def failure_cause(res):
+    """Why a task failed or a device did not answer, in one line."""
+    message = meaningful_line(res.get("msg", ""))
+    if message.startswith("Task failed: "):  # ansible-core 2.19's prefix: the status says so already
+        message = message[len("Task failed: "):]
+    stderr = meaningful_line(res.get("module_stderr")) or meaningful_line(res.get("stderr"))
+    if stderr and (not message or message.startswith(NO_RESULT_MESSAGES)):
+        message = stderr
+    elif stderr and message.startswith("non-zero return code"):  # a command's own error comes after
+        message = "%s: %s" % (message, stderr)
+    return (message or "no message")[:CAUSE_CHARS]
 
 
-def junit(hosts, seconds):
-    cases, failures, errors = [], 0, 0
-    for host in sorted(hosts):
-        entry = hosts[host]
-        if entry["status"] in ("unreachable", "failed"):
-            errors += 1
-            cases.append('  <testcase classname=%s name="reachable"><error message=%s/></testcase>' % (
-                quoteattr(host), quoteattr(entry["status"] + ": " + entry["message"])))
-            continue
-        for result in entry["results"]:
-            body = ""
-            if result["state"] in FINDINGS:
-                failures += 1
-                body = "<failure message=%s/>" % quoteattr(result["state"] + ": " + result.get("detail", ""))
-            elif result["state"] == "unsupported":
-                body = "<skipped message=%s/>" % quoteattr(result.get("detail", ""))
-            elif result["state"] == "pending-reboot":
-                body = "<system-out>%s</system-out>" % escape("pending reboot: " + result.get("detail", ""))
-            cases.append("  <testcase classname=%s name=%s>%s</testcase>" % (
-                quoteattr(host), quoteattr(result["setting"]), body))
-    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            '<testsuite name="edgetune-drift" tests="%d" failures="%d" errors="%d" time="%.1f">\n%s\n</testsuite>\n'
-            % (len(cases), failures, errors, seconds, "\n".join(cases)))
+def is_connection_failure(res):
+    """A module failure (no result from the module) whose text says the connection or container is gone."""
+    if res.get("unreachable"):
+        return True
+    if "module_stderr" not in res and "Failed to connect" not in str(res.get("msg", "")):
+        return False
+    return bool(CONNECTION_GONE.search("%s\n%s" % (res.get("module_stderr", ""), res.get("msg", ""))))
 
 
-def prometheus(hosts):
-    def label(value):
-        return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
-    lines = ["# HELP edgetune_drift 1 for the state each managed setting of a device is in.",
-             "# TYPE edgetune_drift gauge",
-             "# HELP edgetune_device_audited 1 if the device answered the audit.",
-             "# TYPE edgetune_device_audited gauge"]
-    for host in sorted(hosts):
-        entry = hosts[host]
-        lines.append('edgetune_device_audited{host="%s",status="%s"} %d' % (
-            label(host), entry["status"], 0 if entry["status"] in ("unreachable", "failed") else 1))
-        for result in entry["results"]:
-            lines.append('edgetune_drift{host="%s",setting="%s",role="%s",state="%s"} 1' % (
-                label(host), label(result["setting"]), label(result.get("role", "")), result["state"]))
-    return "\n".join(lines) + "\n"
+def listed(settings, shown=3):
+    more = len(settings) - shown
+    return ", ".join(settings[:shown]) + (" and %d more" % more if more > 0 else "")
 
 
-def write_atomically(path, text):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("." + path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(str(tmp), str(path))
+def audited_status(results):
+    """(status, cause) of a device from its audit results: a setting that could not be read
+    leaves the audit incomplete (error), before drift, before a pending reboot."""
+    errors = [r for r in results if r["state"] == "error"]
+    if errors:
+        return "error", "could not check %s: %s" % (listed([r["setting"] for r in errors]),
+                                                       errors[0].get("detail", ""))
+    for state in ("drifted", "pending-reboot"):
+        settings = [r["setting"] for r in results if r["state"] == state]
+        if settings:
+            return state, "%s: %s" % (state.replace("-", " "), listed(settings))
+    return "ok", ""
+
+
+class AuditEvents:
+    """ansible-runner's events folded into one entry per device; ``on_device(host, entry)`` is
+    called as soon as a device's status is known (again if a later result changes it)."""
+
+    def __init__(self, on_device=None, on_output=None):
+        self.hosts = {}
+        self.output_tail = collections.deque(maxlen=4)
+        self._first_task = {}
+        self._on_device = on_device
+        self._on_output = on_output
+
+    def __call__(self, event):
+        text = event.get("stdout")
+        if text:
+            self.output_tail.extend(line for line in text.splitlines() if line.strip())
+            if self._on_output:
+                self._on_output(text)
+        handler = getattr(self, "_on_" + event.get("event", ""), None)
+        if handler:
+            handler(event.get("event_data", {}), datetime.datetime.fromisoformat(event["created"]))
+        return False  # nothing for runner to keep: its artifacts directory is thrown away
+
+    def _on_runner_on_start(self, data, when):
+        self._first_task.setdefault(data["host"], when)
+
+    def _on_runner_on_ok(self, data, when):
+        results = data.get("res", {}).get("results")
+        if data.get("task") == AUDIT_TASK and isinstance(results, list):
+            status, cause = audited_status(results)
+            self._decide(data["host"], status, cause, results, when)
+
+    def _on_runner_on_unreachable(self, data, when):
+        self._decide(data["host"], "unreachable", failure_cause(data.get("res", {})), [], when)
+
+    def _on_runner_on_failed(self, data, when):
+        if data.get("ignore_errors"):
+            return
+        res = data.get("res", {})
+        if is_connection_failure(res):
+            self._decide(data["host"], "unreachable", failure_cause(res), [], when)
+        else:
+            self._decide(data["host"], "error", "%s: %s" % (data.get("task", "?"), failure_cause(res)), [], when)
+
+    def _on_playbook_on_stats(self, data, when):
+        seen = set()
+        for counts in ("processed", "dark", "failures"):
+            seen.update(data.get(counts) or {})
+        for host in sorted(seen - set(self.hosts)):
+            self._decide(host, "error", "no audit result: the run stopped before this device's audit "
+                                        "(see the other devices' errors)", [], when)
+
+    def _decide(self, host, status, cause, results, when):
+        first = self._first_task.get(host, when)
+        self.hosts[host] = {"status": status, "cause": cause, "results": results,
+                            "seconds": round((when - first).total_seconds(), 3)}
+        if self._on_device:
+            self._on_device(host, self.hosts[host])
+
+
+class Interruption:
+    """Ctrl-C reaches only this process (runner gives ansible-playbook a terminal of its own).
+    The first asks ansible-playbook to stop (SIGTERM, which it passes on to its workers: they
+    run in sessions of their own); a second has runner kill it."""
+
+    def __init__(self):
+        self.count = 0
+        self._previous = None
+        # Signals are the main thread's: a caller running audits in threads handles them itself.
+        self._installed = threading.current_thread() is threading.main_thread()
+
+    def __enter__(self):
+        if self._installed:
+            self._previous = signal.signal(signal.SIGINT, self._interrupted)
+        return self
+
+    def __exit__(self, *exc):
+        if self._installed:
+            signal.signal(signal.SIGINT, signal.SIG_DFL if self._previous is None else self._previous)
+
+    def _interrupted(self, signum, frame):
+        self.count += 1
+        if self.count == 1:
+            subprocess.run(["pkill", "-TERM", "-P", str(os.getpid())], check=False)  # our children only
+
+    def kill_now(self):
+        return self.count > 1
+
+
+def runner_environment(config, playbook_env):
+    env = dict(playbook_env, EDGETUNE_NO_SUMMARY="1", ANSIBLE_NOCOLOR="1")
+    # ansible-runner turns host key checking off unless told, and replaces the
+    # callback path with its own unless given one to add to: keep the operator's.
+    env["ANSIBLE_HOST_KEY_CHECKING"] = str(config.host_key_checking)
+    env["ANSIBLE_CALLBACK_PLUGINS"] = os.pathsep.join(config.callback_paths)
+    return env
+
+
+def run_audit(options, on_device=None, on_output=None, say=None):
+    """Run the audit playbook; returns {host: entry} (see AuditEvents)."""
+    ansible_runner = require_module("ansible_runner", "edgetune audit")
+    config = ansible_setup.config_in_effect()
+    playbook, playbook_env = ansible_setup.collection_playbook(config, "audit")
+    argv = ansible_playbook_argv(ansible_playbook_executable(), options, playbook)
+    if say:
+        say("audit with %s: %s" % (config.describe(), shlex.join(argv)))
+    events = AuditEvents(on_device, on_output)
+    passwords = vault_passwords(options)  # asked before Ctrl-C is taken over below
+    with Interruption() as interruption, tempfile.TemporaryDirectory(prefix="edgetune-audit-") as private_dir:
+        runner = ansible_runner.run(
+            private_data_dir=private_dir, project_dir=os.getcwd(),  # the child runs where we run
+            binary=argv[0], cmdline=shlex.join(argv[1:]),
+            envvars=runner_environment(config, playbook_env), passwords=passwords,
+            event_handler=events, cancel_callback=interruption.kill_now, quiet=True,
+            suppress_env_files=True,  # runner would write the vault passwords to its env/ directory
+            settings={"suppress_output_file": True, "pexpect_timeout": 1})
+    if interruption.count:
+        raise UsageError("audit interrupted: ansible-playbook stopped, no report written")
+    if not events.hosts:
+        if runner.rc:
+            raise UsageError("ansible-playbook stopped before any device: %s" % " | ".join(events.output_tail))
+        raise UsageError("no hosts matched with %s; check -i and --limit" % config.describe())
+    return events.hosts
+
+
+def progress_line(host, entry):
+    return ("%-28s %-14s %6.1f s  %s" % (host, entry["status"], entry["seconds"], entry["cause"])).rstrip()
+
+
+def stderr_line(text):
+    print(text, file=sys.stderr, flush=True)
 
 
 def cmd_audit(args):
-    project = find_project()
     started = time.time()
-    hosts = collect(run_playbook(project, args.inventory or (), args.limit, args.extra_vars or ()))
-    seconds = time.time() - started
-    if not hosts:
-        raise UsageError("no hosts matched; check the inventory and --limit")
+    hosts = run_audit(AuditOptions.from_args(args),
+                      on_device=lambda host, entry: stderr_line(progress_line(host, entry)),
+                      on_output=(lambda text: stderr_line(text.rstrip("\n"))) if args.verbose else None,
+                      say=lambda message: stderr_line("edgetune: " + message))
+    finished = time.time()
+    seconds = finished - started
+    # Reports are written, and relative paths resolved, where edgetune was started.
     if args.junit:
-        write_atomically(args.junit, junit(hosts, seconds))
+        audit_report.write_atomically(args.junit, audit_report.junit(hosts, seconds))
     if args.prometheus:
-        write_atomically(args.prometheus, prometheus(hosts))
+        audit_report.write_atomically(args.prometheus, audit_report.prometheus(hosts, finished))
     if args.json:
-        print(json.dumps({"hosts": hosts, "summary": summary(hosts), "seconds": round(seconds, 1)}, indent=2))
+        print(json.dumps({"hosts": hosts, "summary": audit_report.summary(hosts), "seconds": round(seconds, 1)},
+                         indent=2))
     else:
-        print(table(hosts, args.verbose))
-        print("audit took %.1f s" % seconds, file=sys.stderr)
-    return exit_code(hosts)
+        print(audit_report.table(hosts, args.all))
+        stderr_line("audit took %.1f s" % seconds)
+    return audit_report.exit_code(hosts)
+
+
+def positive_int(text):
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError("must be a whole number of at least 1, not %r" % text)
+    return int(text)
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("audit", help="drift audit of the fleet (desired vs persisted vs running)")
+    p = subparsers.add_parser(
+        "audit", help="drift audit of the fleet (desired vs persisted vs running)",
+        description="Runs the collection's audit playbook as ansible-playbook would from the current "
+                    "directory: the ansible.cfg Ansible finds (ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg, "
+                    "/etc/ansible/ansible.cfg), paths relative to here. Progress (one line per device) "
+                    "goes to stderr, the report to stdout.")
     p.add_argument("-i", "--inventory", action="append", help="inventory, repeatable (default: ansible.cfg's)")
     p.add_argument("-l", "--limit", help="limit to hosts or groups, e.g. orin-fleet")
     p.add_argument("-e", "--extra-vars", action="append", help="extra variables, as for ansible-playbook")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("-f", "--forks", type=positive_int, help="devices audited in parallel (default: ansible.cfg's)")
+    p.add_argument("-u", "--user", help="connect as this user")
+    p.add_argument("--private-key", metavar="FILE", help="SSH private key file")
+    p.add_argument("--vault-id", action="append", help="vault identity, repeatable (label@source)")
+    p.add_argument("-J", "--ask-vault-pass", "--ask-vault-password", dest="ask_vault_pass", action="store_true",
+                   help="ask for the vault password")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="Ansible's verbosity (-vvv for more); also shows Ansible's output on stderr")
+    p.add_argument("--all", action="store_true", help="list the settings that are ok too")
+    p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     p.add_argument("--junit", metavar="FILE", help="also write JUnit XML for CI")
     p.add_argument("--prometheus", metavar="FILE", help="also write a node_exporter textfile")
-    p.add_argument("-v", "--verbose", action="store_true", help="list settings that are ok too")
     p.set_defaults(func=cmd_audit)

@@ -15,7 +15,9 @@ load generator. Both files use only the standard library and run on Python
     cat plugins/module_utils/edge_latency.py tools/edgetune/bench.py | python3 - latency --url http://127.0.0.1:8470
 
 (tools/bench-runtime does that inside a twin). The PNG histogram needs
-matplotlib on the controller.
+matplotlib on the controller (requirements.txt). The numbers are printed before
+the plot is drawn: a plot that fails keeps them, says in one line why no PNG
+was made, and exits 1.
 """
 import argparse
 import http.client
@@ -58,8 +60,8 @@ def write_histogram_png(path, series, title, limit_ms=None):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UsageError("matplotlib is not installed on the controller: no PNG written "
-                         "(pip install matplotlib)") from None
+        raise UsageError("matplotlib is not installed on the controller "
+                         "(pip install -r requirements.txt)") from None
     values = [v for samples in series.values() for v in samples if v > 0]
     if not values:
         raise UsageError("no samples to plot")
@@ -109,23 +111,33 @@ def cmd_latency(args):
     if result["count"] == 0:
         raise UsageError("every request failed; first: %s" % result["first_error"])
     result["p99_limit_ms"] = args.p99_ms
+    over = args.p99_ms is not None and result["p99_ms"] > args.p99_ms
+    samples = result["samples_ms"] if args.samples else result.pop("samples_ms")
+    # The numbers first: a plot that fails afterwards cannot take them away.
+    print_result(result, args, over)
     if args.png:
-        write_histogram_png(args.png, {"%s c=%d" % (result["url"], args.concurrency): result["samples_ms"]},
-                            "edgetune bench latency", args.p99_ms)
-    if not args.samples:
-        result.pop("samples_ms")
+        try:
+            write_histogram_png(args.png, {"%s c=%d" % (result["url"], args.concurrency): samples},
+                                "edgetune bench latency", args.p99_ms)
+        except Exception as exc:  # whatever stops the plot (matplotlib, the file), the numbers stand
+            reason = str(exc) if isinstance(exc, UsageError) else "%s: %s" % (type(exc).__name__, exc)
+            print("edgetune: no PNG written to %s: %s" % (args.png, reason), file=sys.stderr)
+            return 1
+        if not args.json:
+            print("  histogram: %s" % args.png)
+    return 1 if over or result["errors"] else 0
+
+
+def print_result(result, args, over):
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print("%s: %d requests over %d connection(s) after %d warm-up" % (
             result["url"], result["count"] + result["errors"], args.concurrency, args.warmup))
         print("  " + format_summary(result))
-        if args.png:
-            print("  histogram: %s" % args.png)
-    over = args.p99_ms is not None and result["p99_ms"] > args.p99_ms
-    if over and not args.json:
-        print("  P99 %.3f ms is over the limit of %.3f ms" % (result["p99_ms"], args.p99_ms))
-    return 1 if over or result["errors"] else 0
+        if over:
+            print("  P99 %.3f ms is over the limit of %.3f ms" % (result["p99_ms"], args.p99_ms))
+    sys.stdout.flush()
 
 
 def add_parser(subparsers):
@@ -144,7 +156,7 @@ def add_parser(subparsers):
     p.add_argument("--p99-ms", type=float, help="exit 1 when P99 is over this many ms")
     p.add_argument("--json", action="store_true")
     p.add_argument("--samples", action="store_true", help="include every sample in the JSON")
-    p.add_argument("--png", help="write a latency histogram PNG (needs matplotlib)")
+    p.add_argument("--png", metavar="FILE", help="also draw a latency histogram PNG, after the numbers are printed")
     p.set_defaults(func=cmd_latency)
 
 

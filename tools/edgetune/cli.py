@@ -8,6 +8,7 @@ import json
 import sys
 import time
 
+from edgetune import __version__, ansible_setup
 from edgetune.errors import UsageError
 from edgetune.twin import manager
 
@@ -15,7 +16,7 @@ from edgetune.twin import manager
 # it with set_defaults(func=...); the function returns the exit code and
 # raises edgetune.errors.UsageError for one-line usage/environment errors.
 TOOL_MODULES = ["edgetune.audit", "edgetune.pcie", "edgetune.bpf", "edgetune.bench", "edgetune.artifacts",
-                "edgetune.vm.cli"]
+                "edgetune.vm.cli", "edgetune.verify", "edgetune.plan"]
 
 DEFAULT_FLEET = "orin-nx-16gb-r36:1,agx-orin-64gb-r35:1,rock5b-rk3588:1"
 
@@ -84,8 +85,26 @@ def cmd_twin_images(args):
     return 0
 
 
+def version_text():
+    collection = ansible_setup.collection_version()
+    return "edgetune %s, collection edgetune.fleet %s" % (
+        __version__, collection + " (galaxy.yml of %s)" % ansible_setup.REPO if collection else "not in a checkout")
+
+
+class PrintVersion(argparse.Action):
+    """--version printed as one line: argparse's own version action wraps it at the terminal's width."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="print the versions of edgetune and its collection")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit(0)
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="edgetune", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action=PrintVersion)
     sub = parser.add_subparsers(dest="command", required=True)
 
     twin = sub.add_parser("twin", help="device twins (systemd containers that look like a board)")
@@ -113,6 +132,7 @@ def build_parser():
     p = twin_sub.add_parser("rm", help="remove twins by name (used by molecule)")
     p.add_argument("names", nargs="+")
     p.set_defaults(func=cmd_twin_rm)
+    importlib.import_module("edgetune.twin.capture").add_parser(twin_sub)
     for name in TOOL_MODULES:
         importlib.import_module(name).add_parser(sub)
     return parser

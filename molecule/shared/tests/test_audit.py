@@ -1,9 +1,11 @@
-"""Drift audit on a converged twin: clean, then each kind of drift caught and classified."""
+"""Drift audit on a converged twin: ok, then each kind of drift caught and classified."""
 import json
 import os
+import re
 import socket
 import subprocess
 
+import pytest
 from conftest import run_site, same_but_argument_order
 
 
@@ -34,7 +36,7 @@ def results(hosts, name):
 def test_converged_twin_is_clean(host):
     code, hosts = audit(host)
     assert code == 0, hosts
-    assert hosts[host.backend.host]["status"] == "clean"
+    assert hosts[host.backend.host]["status"] == "ok"
     assert set(states(hosts, host.backend.host).values()) <= {"ok", "unsupported"}
 
 
@@ -88,7 +90,7 @@ def test_drift_by_hand_is_classified_and_one_site_run_fixes_it(host, expected):
         result = run_site(host)  # the fix for drift is the ordinary run
         assert "failed=0" in result.stdout, result.stdout[-3000:]
     code, hosts = audit(host)
-    assert code == 0 and hosts[name]["status"] == "clean", [r for r in hosts[name]["results"] if r["state"] != "ok"]
+    assert code == 0 and hosts[name]["status"] == "ok", [r for r in hosts[name]["results"] if r["state"] != "ok"]
     assert host.file(gov_path).content_string.strip() == before[governor]["desired"]
     assert host.file("/proc/irq/%s/smp_affinity_list" % irq).content_string.strip() != expected["isolated"]
     for path, content in originals.items():
@@ -126,6 +128,86 @@ def test_pending_reboot_is_not_drift(host):
     assert audit(host)[0] == 0
 
 
+def test_inventory_changed_since_the_apply_is_drift_naming_the_variable(host):
+    """The records hold what the last apply was made of: an inventory value changed since is named."""
+    name = host.backend.host
+    applied = json.loads(host.file("/etc/edgetune/applied/edge_cgroups.json").content_string)
+    weight = applied["inputs"]["variables"]["edge_cgroups_cpu_weight"]
+    code, hosts = audit(host, "-e", "edge_cgroups_cpu_weight=%d" % (weight + 7))
+    found = results(hosts, name)
+    assert code == 1 and hosts[name]["status"] == "drifted"
+    assert found["edge_cgroups applied state"]["state"] == "drifted"
+    assert "edge_cgroups_cpu_weight %d -> %d" % (weight, weight + 7) in found["edge_cgroups applied state"]["detail"]
+    # Only that role's desired state changed; the device still matches what was applied.
+    drifted = {s for s, r in found.items() if r["state"] == "drifted"}
+    assert drifted == {"edge_cgroups applied state"}, drifted
+
+
+def test_runtime_unit_edited_by_hand_is_drift_even_in_a_comment(host):
+    """The runtime's checks are the deploy's, recorded: the unit is not read back to decide what it should be."""
+    unit = "/etc/systemd/system/edgetune-runtime.service"
+    original = host.file(unit).content_string
+    host.run_expect([0], "cp -p {0} /root/runtime-unit.saved && sed -i '0,/^# /s/^# /# edited by hand: /' {0}"
+                    .format(unit))
+    try:
+        assert host.file(unit).content_string != original
+        found = results(audit(host)[1], host.backend.host)
+        assert found["runtime unit"]["state"] == "drifted", found["runtime unit"]
+    finally:
+        host.run_expect([0], "mv /root/runtime-unit.saved %s" % unit)
+    assert results(audit(host)[1], host.backend.host)["runtime unit"]["state"] == "ok"
+
+
+def test_nvpmodel_mode_switched_by_hand_is_drift_and_site_switches_it_back(host):
+    if not host.file("/etc/nvpmodel.conf").exists:
+        pytest.skip("not a Jetson: no nvpmodel")
+    name = host.backend.host
+    setting = results(audit(host)[1], name)["nvpmodel mode"]
+    assert setting["state"] == "ok", setting
+    desired_id = int(setting["running"].rsplit("id ", 1)[1].rstrip(")"))
+    modes = [int(m) for m in re.findall(r"POWER_MODEL ID=(\d+)", host.file("/etc/nvpmodel.conf").content_string)]
+    # A mode nvpmodel switches to at once (the others ask to reboot and switch nothing when told no).
+    other = next((m for m in modes if m != desired_id and host.run("nvpmodel -m %d < /dev/null" % m).rc == 0), None)
+    try:
+        assert other is not None, "no mode of /etc/nvpmodel.conf switches without a reboot"
+        found = results(audit(host)[1], name)["nvpmodel mode"]
+        assert found["state"] == "drifted", found
+        assert "(id %d), desired %s (id %d)" % (other, setting["desired"], desired_id) in found["detail"]
+    finally:
+        result = run_site(host)
+        assert "failed=0" in result.stdout, result.stdout[-3000:]
+    assert results(audit(host)[1], name)["nvpmodel mode"]["state"] == "ok"
+
+
+MOVE_TC1_BACK_TO_VC0 = """
+import sys
+sys.path.insert(0, "/usr/local/lib/edgetune/module_utils")
+import edge_pcie
+path = "/sys/bus/pci/devices/%s/config"
+vc = [v for v in edge_pcie.parse(edge_pcie.read_config(path))["vc_capabilities"] if v["type"] == "VC"][0]
+vc0, vc1 = vc["vcs"][0], vc["vcs"][1]
+edge_pcie.write_register(path, vc1["control_offset"], vc1["control_register"] & ~0x800000ff)
+edge_pcie.write_register(path, vc0["control_offset"], vc0["control_register"] | 0x02)
+"""
+
+
+def test_pcie_mapping_moved_back_by_hand_is_drift_and_the_boot_unit_maps_it_again(host):
+    name = host.backend.host
+    found = [r for r in audit(host)[1][name]["results"] if r["role"] == "edge_pcie_qos" and
+             r["setting"].startswith("PCIe ")]
+    if not found or found[0]["state"] == "unsupported":
+        pytest.skip("no PCIe link with an extended virtual channel on this twin")
+    setting = found[0]
+    assert setting["state"] == "ok", setting
+    device = next(label.split()[0] for label in setting["running"] if label.endswith("(device)"))
+    host.run_expect([0], "python3 -c '%s'" % (MOVE_TC1_BACK_TO_VC0 % device))
+    drifted = results(audit(host)[1], name)[setting["setting"]]
+    assert drifted["state"] == "drifted" and "%s (device)" % device in drifted["detail"], drifted
+    assert "(upstream port)" not in drifted["detail"]
+    host.run_expect([0], "systemctl restart edgetune-pcie-vc.service")  # what every boot runs
+    assert results(audit(host)[1], name)[setting["setting"]]["state"] == "ok"
+
+
 def test_unreachable_device_is_reported_never_clean(host, tmp_path):
     # A device that does not answer SSH, as in a real fleet: a closed port on loopback.
     with socket.socket() as sock:
@@ -142,7 +224,7 @@ def test_unreachable_device_is_reported_never_clean(host, tmp_path):
     hosts = json.loads(result.stdout)["hosts"]
     assert result.returncode == 1
     assert hosts["ghost-twin-that-does-not-exist"]["status"] == "unreachable"
-    assert hosts[host.backend.host]["status"] == "clean"
+    assert hosts[host.backend.host]["status"] == "ok"
 
 
 def test_on_device_timer_writes_the_textfile(host, expected):

@@ -10,7 +10,7 @@ import json
 import re
 
 import pytest
-from conftest import EXPECTED, reboot_twin, recap, run_site
+from conftest import EXPECTED, format_cpulist, hand_written, reboot_twin, recap, run_site
 
 SLICE = "ai-infer.slice"
 SLICE_CGROUP = "/ai.slice/ai-infer.slice"
@@ -37,8 +37,35 @@ def mask(text):
 
 
 @pytest.fixture
-def sets(twin_board):
-    return SETS[twin_board]
+def sets(request, plan):
+    return plan["sets"] if plan is not None else hand_written(request, SETS)
+
+
+@pytest.fixture
+def sysctls(plan):
+    """sysctl (path below /proc/sys) -> value."""
+    if plan is None:
+        return SYSCTLS
+    if plan["sysctls"] is None:
+        pytest.skip("edge_cpu is not enabled for this device")
+    return plan["sysctls"]
+
+
+@pytest.fixture
+def slice_spec(plan, sets):
+    """The slice as the roles' documented defaults make it (molecule), or as the inventory asks (verify)."""
+    if plan is None:
+        return {"name": SLICE, "quota_cpus": len(sets["inference"]), "weight": 1000,
+                "memory_max": {"fraction": 0.9}, "confine_system": True, "probe": True, "probe_priority": 10}
+    if plan["slice"] is None:
+        pytest.skip("edge_cgroups is not enabled for this device")
+    return plan["slice"]
+
+
+def slice_cgroup(name):
+    """ai-infer.slice -> /ai.slice/ai-infer.slice (systemd nests a-b.slice in a.slice)."""
+    parts = name[:-len(".slice")].split("-")
+    return "".join("/%s.slice" % "-".join(parts[:i + 1]) for i in range(len(parts)))
 
 
 @pytest.fixture
@@ -103,13 +130,14 @@ def test_refused_irqs_are_recorded_for_the_boot_unit(host, twin_board, sets):
     assert host.service("edgetune-irq-affinity.service").is_enabled
 
 
-def test_kernel_settings_running_and_persisted(host):
-    for key, value in SYSCTLS.items():
+@pytest.mark.device
+def test_kernel_settings_running_and_persisted(host, sysctls, plan):
+    for key, value in sysctls.items():
         assert read(host, "/proc/sys/" + key) == value, key
-    conf = host.file("/etc/sysctl.d/60-edgetune-cpu.conf").content_string
-    for key, value in SYSCTLS.items():
+    conf = host.file(plan["sysctl_file"] if plan else "/etc/sysctl.d/60-edgetune-cpu.conf").content_string
+    for key, value in sysctls.items():
         assert re.search(r"^%s\s*=\s*%s$" % (re.escape(key.replace("/", ".")), value), conf, re.M), key
-    if host.file("/proc/sys/kernel/numa_balancing").exists:
+    if "kernel/numa_balancing" not in sysctls and host.file("/proc/sys/kernel/numa_balancing").exists:
         assert read(host, "/proc/sys/kernel/numa_balancing") == "0"
 
 
@@ -123,41 +151,54 @@ def test_twin_fakes_the_kernel_settings_it_does_not_own(host):
 # --------------------------------------------------------------------------
 # The slice, the rest of the system, the probe
 
-def check_slice(host, sets, unified):
-    n = len(sets["inference"])
+def check_slice(host, sets, unified, spec):
     memtotal = int(re.search(r"^MemTotal:\s+(\d+) kB", host.file("/proc/meminfo").content_string, re.M).group(1))
-    cgroup = host.check_output("systemctl show -p ControlGroup --value %s" % SLICE)
-    assert cgroup.endswith(SLICE_CGROUP)
+    cgroup = host.check_output("systemctl show -p ControlGroup --value %s" % spec["name"])
+    assert cgroup.endswith(slice_cgroup(spec["name"]))
+    quota = spec["quota_cpus"]
     if unified:
         base = "/sys/fs/cgroup" + cgroup
-        assert read(host, base + "/cpu.max") == "%d 100000" % (100000 * n)
+        assert read(host, base + "/cpu.max") == ("%d 100000" % round(100000 * quota) if quota else "max 100000")
+        assert read(host, base + "/cpu.weight") == str(spec["weight"])
         assert cpus(read(host, base + "/cpuset.cpus")) == sets["inference"]
-        assert cpus(read(host, "/sys/fs/cgroup/system.slice/cpuset.cpus")) == sets["housekeeping"]
-        limit = int(read(host, base + "/memory.max"))
+        if spec["confine_system"]:
+            assert cpus(read(host, "/sys/fs/cgroup/system.slice/cpuset.cpus")) == sets["housekeeping"]
+        limit = read(host, base + "/memory.max")
     else:
         cpu = cpu_dir(host, cgroup)
-        assert int(read(host, cpu + "/cpu.cfs_quota_us")) == n * int(read(host, cpu + "/cpu.cfs_period_us"))
-        assert read(host, cpu + "/cpu.shares") == "10240"  # CPUWeight=1000 -> 1024 * 1000 / 100
-        limit = int(read(host, "/sys/fs/cgroup/memory%s/memory.limit_in_bytes" % cgroup))
-    assert abs(limit - memtotal * 1024 * 0.9) < memtotal * 1024 * 0.001, limit
+        period = int(read(host, cpu + "/cpu.cfs_period_us"))
+        assert int(read(host, cpu + "/cpu.cfs_quota_us")) == (round(quota * period) if quota else -1)
+        # CPUWeight=1000 -> 1024 * 1000 / 100
+        assert read(host, cpu + "/cpu.shares") == str(max(2, min(262144, spec["weight"] * 1024 // 100)))
+        limit = read(host, "/sys/fs/cgroup/memory%s/memory.limit_in_bytes" % cgroup)
+    wanted = spec["memory_max"]
+    if wanted and "fraction" in wanted:
+        assert abs(int(limit) - memtotal * 1024 * wanted["fraction"]) < memtotal * 1024 * 0.001, limit
+    elif wanted:
+        assert abs(int(limit) - wanted["bytes"]) < 8192, limit
     return cgroup
 
 
-def test_slice_values_in_the_cgroup_files(host, sets, unified):
-    check_slice(host, sets, unified)
-    unit = host.file("/etc/systemd/system/" + SLICE).content_string
-    assert "AllowedCPUs=%s\n" % ("4-11" if len(sets["inference"]) == 8 else "4-7") in unit
+@pytest.mark.device
+def test_slice_values_in_the_cgroup_files(host, sets, unified, slice_spec):
+    check_slice(host, sets, unified, slice_spec)
+    unit = host.file("/etc/systemd/system/" + slice_spec["name"]).content_string
+    assert "AllowedCPUs=%s\n" % format_cpulist(sets["inference"]) in unit
 
 
-def test_rest_of_the_system_on_housekeeping_cpus(host, sets, unified, kernel_cpus):
+@pytest.mark.device
+def test_rest_of_the_system_on_housekeeping_cpus(host, sets, unified, kernel_cpus, slice_spec):
+    if not slice_spec["confine_system"]:
+        pytest.skip("edge_cgroups_confine_system is off for this device")
+    housekeeping = format_cpulist(sets["housekeeping"])
     for unit, section in (("system.slice", "Slice"), ("user.slice", "Slice"), ("init.scope", "Scope")):
         text = host.file("/etc/systemd/system/%s.d/50-edgetune-cpus.conf" % unit).content_string
-        assert "[%s]\nAllowedCPUs=0-3\n" % section in text
+        assert "[%s]\nAllowedCPUs=%s\n" % (section, housekeeping) in text
     affinity = host.file("/etc/systemd/system.conf.d/50-edgetune-cpus.conf")
     if unified:
         assert not affinity.exists
         return
-    assert "[Manager]\nCPUAffinity=0-3\n" in affinity.content_string
+    assert "[Manager]\nCPUAffinity=%s\n" % housekeeping in affinity.content_string
     expected = sorted(set(sets["housekeeping"]) & set(kernel_cpus))
     status = host.file("/proc/1/status").content_string
     assert cpus(re.search(r"^Cpus_allowed_list:\s+(\S+)", status, re.M).group(1)) == expected
@@ -191,15 +232,19 @@ def probe_threads(host):
     return pid, threads
 
 
-def check_probe(host, sets, unified, kernel_cpus):
+def check_probe(host, sets, unified, kernel_cpus, spec=None):
+    spec = spec or {"name": SLICE, "probe": True, "probe_priority": 10}
+    if not spec["probe"]:
+        pytest.skip("edge_cgroups_probe is off for this device")
     pid, threads = probe_threads(host)
     cgroups = host.file("/proc/%s/cgroup" % pid).content_string
+    group = slice_cgroup(spec["name"])
     if unified:
-        assert re.search(r"^0::\S*%s/edgetune-probe.service$" % re.escape(SLICE_CGROUP), cgroups, re.M)
+        assert re.search(r"^0::\S*%s/edgetune-probe.service$" % re.escape(group), cgroups, re.M)
     else:
         # On v1 the probe stays in the slice's cpu cgroup, where its RT budget is.
-        assert re.search(r"^\d+:[\w,]*\bcpu\b[\w,]*:\S*%s$" % re.escape(SLICE_CGROUP), cgroups, re.M), cgroups
-        assert re.search(r"^\d+:memory:\S*%s/edgetune-probe.service$" % re.escape(SLICE_CGROUP), cgroups, re.M)
+        assert re.search(r"^\d+:[\w,]*\bcpu\b[\w,]*:\S*%s$" % re.escape(group), cgroups, re.M), cgroups
+        assert re.search(r"^\d+:memory:\S*%s/edgetune-probe.service$" % re.escape(group), cgroups, re.M)
     root_budget = rt_root_budget(host, unified)
     state = host.file("/etc/edgetune/rt-budget.json")
     if root_budget == 0:
@@ -210,10 +255,10 @@ def check_probe(host, sets, unified, kernel_cpus):
     elif root_budget and state.exists:
         # The slice got its budget (recorded for the boot unit): the probe really runs SCHED_FIFO.
         budget = json.loads(state.content_string)["runtime_us"]
-        slice_cpu = cpu_dir(host, host.check_output("systemctl show -p ControlGroup --value %s" % SLICE))
+        slice_cpu = cpu_dir(host, host.check_output("systemctl show -p ControlGroup --value %s" % spec["name"]))
         assert 0 < budget <= root_budget
         assert int(read(host, slice_cpu + "/cpu.rt_runtime_us")) == budget
-        assert all(t["policy"] == SCHED_FIFO and t["rt_priority"] == 10 for t in threads), threads
+        assert all(t["policy"] == SCHED_FIFO and t["rt_priority"] == spec["probe_priority"] for t in threads), threads
         assert host.service("edgetune-rt-budget.service").is_enabled
     elif root_budget:
         # RT time there, but less than the slice's budget: reported, probe falls back.
@@ -221,12 +266,14 @@ def check_probe(host, sets, unified, kernel_cpus):
     return threads
 
 
-def test_probe_in_the_slice_with_the_policy_rt_allows(host, sets, unified, kernel_cpus):
-    check_probe(host, sets, unified, kernel_cpus)
+@pytest.mark.device
+def test_probe_in_the_slice_with_the_policy_rt_allows(host, sets, unified, kernel_cpus, slice_spec):
+    check_probe(host, sets, unified, kernel_cpus, slice_spec)
 
 
-def test_probe_threads_run_on_the_inference_cpus(host, sets, unified, kernel_cpus):
-    threads = check_probe(host, sets, unified, kernel_cpus)
+@pytest.mark.device
+def test_probe_threads_run_on_the_inference_cpus(host, sets, unified, kernel_cpus, slice_spec):
+    threads = check_probe(host, sets, unified, kernel_cpus, slice_spec)
     pinned = sorted(set(sets["inference"]) & set(kernel_cpus))
     if not pinned:
         pytest.skip("the host kernel schedules on CPUs %s only; none of the board's inference CPUs %s exist "
@@ -283,7 +330,8 @@ def test_everything_is_back_after_a_reboot(host, twin_board, sets, unified, kern
     check_irqs(host, twin_board, sets)
     for key, value in SYSCTLS.items():
         assert read(host, "/proc/sys/" + key) == value, key
-    check_slice(host, sets, unified)
+    check_slice(host, sets, unified, {"name": SLICE, "quota_cpus": len(sets["inference"]), "weight": 1000,
+                                      "memory_max": {"fraction": 0.9}, "confine_system": True})
     check_probe(host, sets, unified, kernel_cpus)
     assert host.service("edgetune-probe.service").is_running
     assert EXPECTED[twin_board]["isolated"] == read(host, "/sys/devices/system/cpu/isolated")

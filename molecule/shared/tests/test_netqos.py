@@ -7,8 +7,11 @@ host. What the classifier does on a kernel is proven in network namespaces by
 tests/integration/test_netqos.py.
 """
 import json
+import re
+import subprocess
 
-from conftest import recap, run_site
+import pytest
+from conftest import inventory_file, recap, run_site
 
 FILES = ["/etc/edgetune/netqos.json", "/etc/systemd/system/edgetune-netqos@.service",
          "/usr/local/sbin/edgetune-netqos", "/usr/local/share/edgetune/bpf/edge_classifier.c"]
@@ -19,12 +22,38 @@ def qdiscs(host):
     return host.check_output("tc qdisc show")
 
 
+def interfaces(host):
+    """The interfaces the inventory asks to classify on (edge_netqos_interfaces; none by default)."""
+    done = subprocess.run(["ansible-inventory", "-i", inventory_file(), "--host", host.backend.host],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=True)
+    wanted = json.loads(done.stdout).get("edge_netqos_interfaces") or []
+    return [i["name"] if isinstance(i, dict) else i for i in wanted]
+
+
+@pytest.mark.device
 def test_default_leaves_the_network_alone(host):
+    if interfaces(host):
+        pytest.skip("the inventory asks for the classifier here (see the next check)")
     for path in FILES:
         assert not host.file(path).exists, path
     shown = qdiscs(host)
     assert "htb" not in shown and "clsact" not in shown, shown
     assert "edgetune-netqos@" not in host.check_output("systemctl list-units --all --no-legend 'edgetune-netqos@*'")
+
+
+@pytest.mark.device
+def test_classifier_is_attached_where_the_inventory_asks(host):
+    """The HTB root and the eBPF classifier on clsact egress of each interface asked for (the VM twin,
+    real devices; the container twins are asked for none)."""
+    wanted = interfaces(host)
+    if not wanted:
+        pytest.skip("edge_netqos_interfaces is empty for this device")
+    assert host.file("/etc/edgetune/netqos.json").exists
+    for name in wanted:
+        qdiscs = host.check_output("tc qdisc show dev %s" % name)
+        assert re.search(r"^qdisc htb \S+ root", qdiscs, re.M) and "clsact" in qdiscs, qdiscs
+        filters = host.check_output("tc filter show dev %s egress" % name)
+        assert "bpf" in filters and "direct-action" in filters, filters
 
 
 def test_asked_on_a_twin_it_reports_unsupported_and_changes_nothing(host):

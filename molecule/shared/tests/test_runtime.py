@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import recap
+from conftest import VERIFY_PLAN, recap
 
 PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
 UNIT = "edgetune-runtime.service"
@@ -108,6 +108,17 @@ def kernel_cpus(host):
     return sorted(int(m) for m in re.findall(r"^cpu(\d+) ", stat, re.M))
 
 
+@pytest.fixture
+def runtime(plan):
+    """The runtime's settings: its contract's defaults (molecule), or the inventory's (verify)."""
+    if plan is None:
+        return {"port": PORT, "policy": "fifo", "priority": 40, "require_fifo": None, "http_threads": 4,
+                "infer_threads": 1, "cpus": None}
+    if plan["runtime"] is None:
+        pytest.skip("edge_runtime is not enabled for this device")
+    return plan["runtime"]
+
+
 def cpulist(text):
     cpus = []
     for part in text.split(","):
@@ -117,20 +128,23 @@ def cpulist(text):
 
 
 # ------------------------------------------------------------------ end state
-def test_runtime_answers_with_the_engines_golden_result(host):
+@pytest.mark.device
+def test_runtime_answers_with_the_engines_golden_result(host, runtime):
+    port = runtime["port"]
     assert host.service(UNIT).is_running and host.service(UNIT).is_enabled
-    status, body = health(host)
+    status, body = health(host, port)
     assert status == 200 and body["status"] == "ready" and body["warmup"]["golden_checked"] >= 1
     model = json.loads(host.file("%s/current/engine/model.json" % ROOT).content_string)
     golden = model["golden"][0]
-    status, answer = on_device(host, HTTP + "print(json.dumps(post({'sample': %d})))" % golden["sample"])
+    status, answer = on_device(host, HTTP + "print(json.dumps(post({'sample': %d}, %d)))" % (golden["sample"], port))
     assert status == 200
     assert answer["outputs"][0]["logits"] == golden["logits"] and answer["outputs"][0]["class"] == golden["class"]
     metrics = host.check_output("python3 -c %s" % _quote(
-        "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:%d/metrics').read().decode())" % PORT))
+        "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:%d/metrics').read().decode())" % port))
     assert re.search(r'^edgetune_inference_duration_seconds_bucket\{le="\+Inf"\} [1-9]\d*$', metrics, re.M)
 
 
+@pytest.mark.device
 def test_release_layout(host):
     release = current_release(host)
     assert re.match(r"^releases/[0-9][A-Za-z0-9._+-]*$", release)
@@ -173,34 +187,51 @@ def test_service_runs_sandboxed_as_its_own_user(host):
     assert not host.file("/tmp/edgetune-private-probe").exists
 
 
-def test_threads_run_with_the_policy_and_cpus_they_claim(host, expected):
+def recorded_refusal(host, env, runtime):
+    """verify (read-only): the deploy's own record of what the kernel granted; a device whose inventory
+    requires FIFO must run it."""
+    if "EDGETUNE_EXPECT_SCHED=fifo" in env:
+        return None
+    assert not runtime["require_fifo"], "edge_runtime_require_fifo is true but the deploy recorded: " + env
+    return "the deploy recorded SCHED_OTHER (edge_runtime_require_fifo is false for this device)"
+
+
+@pytest.mark.device
+def test_threads_run_with_the_policy_and_cpus_they_claim(host, expected, runtime):
     threads = thread_sched(host, main_pid(host))
     names = sorted(t[0] for t in threads)
-    assert names == sorted(["et-main", "et-accept", "et-infer-0"] + ["et-http-%d" % i for i in range(4)])
+    assert names == sorted(["et-main", "et-accept"] + ["et-infer-%d" % i for i in range(runtime["infer_threads"])]
+                           + ["et-http-%d" % i for i in range(runtime["http_threads"])])
     unit_text = host.file("/etc/systemd/system/%s" % UNIT).content_string
     directives = [line for line in unit_text.splitlines() if line and not line.startswith("#")]
     env = host.file("/etc/edgetune/runtime.env").content_string
 
-    inference = cpulist(expected["isolated"])
-    if set(inference) <= set(kernel_cpus(host)):
-        assert {t[3] for t in threads} == {expected["isolated"]}
-        assert "CPUAffinity=%s" % expected["isolated"] in directives
+    wanted = runtime["cpus"] if runtime["cpus"] is not None else expected["isolated"]
+    inference = cpulist(wanted) if wanted else []
+    if not inference:
+        assert not [d for d in directives if d.startswith("CPUAffinity=")]
+    elif set(inference) <= set(kernel_cpus(host)):
+        assert {t[3] for t in threads} == {wanted}
+        assert "CPUAffinity=%s" % wanted in directives
     else:
         # The kernel cannot run these CPUs (a twin): the unit must not claim them, and says why.
         assert not [d for d in directives if d.startswith("CPUAffinity=")]
-        assert "# CPUAffinity not set: CPUAffinity=%s refused" % expected["isolated"] in unit_text
+        assert "# CPUAffinity not set: CPUAffinity=%s refused" % wanted in unit_text
         pid1 = re.search(r"Cpus_allowed_list:\s*(\S+)", host.file("/proc/1/status").content_string).group(1)
         assert {t[3] for t in threads} == {pid1}
 
-    refusal = fifo_refusal(host)
+    if runtime["policy"] != "fifo":
+        pytest.skip("edge_runtime_sched_policy is %s for this device" % runtime["policy"])
+    # molecule asks the kernel itself (a transient unit in the slice); verify only reads.
+    refusal = recorded_refusal(host, env, runtime) if VERIFY_PLAN else fifo_refusal(host)
     if refusal is None:
-        assert {(t[1], t[2]) for t in threads} == {(1, 40)}, threads
+        assert {(t[1], t[2]) for t in threads} == {(1, runtime["priority"])}, threads
         assert "CPUSchedulingPolicy=fifo" in directives and "EDGETUNE_EXPECT_SCHED=fifo" in env
     else:
         # Never silently SCHED_OTHER while claiming FIFO: the unit and the runtime say "other".
         assert {t[1] for t in threads} == {0}
         assert not [d for d in directives if d.startswith("CPUScheduling")]
-        assert "# SCHED_OTHER: SCHED_FIFO priority 40 refused" in unit_text
+        assert "# SCHED_OTHER: SCHED_FIFO priority %d refused" % runtime["priority"] in unit_text
         assert "EDGETUNE_EXPECT_SCHED=other" in env
         pytest.skip("FIFO assertion skipped: " + refusal)
 
@@ -330,6 +361,117 @@ def test_bad_input_fails_before_anything_changes(host, releases):
         unchanged()
     finally:
         host.run("systemctl stop edgetune-test-squatter")
+
+
+# ------------------------------------------------------------------ llama-server and a GGUF model
+def llm_artifacts(host):
+    """The packaged llama-server that runs on this twin (its machine, its glibc) and the GGUF engine."""
+    machine = host.check_output("uname -m")
+    glibc = host.check_output("getconf GNU_LIBC_VERSION").split()[-1]
+
+    def version(text):
+        return tuple(int(part) for part in text.split("."))
+    servers, engines = [], []
+    for sidecar in sorted((PROJECT / ".cache" / "artifacts").glob("edgetune-*.tar.gz.manifest.json")):
+        manifest = json.loads(sidecar.read_text())
+        manifest["path"] = str(sidecar)[:-len(".manifest.json")]
+        # The packager writes requires.glibc as ">=X.Y".
+        wants = ((manifest.get("compatibility") or {}).get("requires") or {}).get("glibc") or ">=0"
+        if manifest["kind"] == "runtime" and manifest["name"] == "llama-server" \
+                and manifest.get("architecture") == machine and version(glibc) >= version(wants.lstrip(">=")):
+            servers.append(manifest)
+        elif manifest["kind"] == "engine" and manifest.get("format") == "gguf":
+            engines.append(manifest)
+    assert servers and engines, "no llama-server artifact for %s with glibc %s or no GGUF engine in " \
+                                ".cache/artifacts: run `make artifacts`" % (machine, glibc)
+    return servers[0], engines[0]
+
+
+def llm_health(host):
+    code = ("import json, urllib.request\n"
+            "try:\n"
+            "    r = urllib.request.urlopen('http://127.0.0.1:%d/health', timeout=10)\n"
+            "    print(json.dumps([r.status, json.loads(r.read())]))\n"
+            "except urllib.error.HTTPError as e:\n"
+            "    print(json.dumps([e.code, None]))\n" % PORT)
+    return on_device(host, code)
+
+
+def repackaged_engine(engine, out, version, flip_magic=False, compatibility=None):
+    """The GGUF engine packaged again under another version: a byte of the model flipped (its
+    manifest still consistent, as if the file had been damaged before packaging), or other
+    compatibility declarations."""
+    import tarfile
+    from edgetune import artifacts
+    with tarfile.open(engine["path"], "r:gz") as tar:
+        model = bytearray(tar.extractfile(engine["entry"]).read())
+    if flip_magic:
+        model[0] ^= 0x01  # "GGUF" becomes "FGUF"
+    manifest = {k: v for k, v in engine.items() if k not in ("artifact", "files", "schema", "path")}
+    manifest["version"] = version
+    if compatibility is not None:
+        manifest["compatibility"] = compatibility
+    stem = "edgetune-engine-%s-%s" % (engine["name"], version)
+    return artifacts.package(manifest, {engine["entry"]: (bytes(model), 0o644)}, out, stem, compresslevel=1)
+
+
+@pytest.mark.one_board
+def test_llama_server_serves_the_gguf_engine_gated_on_streamed_token_latency(host):
+    """llama-server in the slice with one thread per inference CPU, hardened, gated on the stream
+    and the engine's first tokens; a damaged GGUF rolls back, an engine for another SoC is refused."""
+    name = host.backend.host
+    server, engine = llm_artifacts(host)
+    release = "releases/%s+%s-%s" % (server["version"], engine["name"], engine["version"])
+    if current_release(host) == release:  # a rerun: start from another release, so that the gates run
+        assert recap(run_deploy(host), name)["failed"] == 0
+    out = run_deploy(host, *release_args((server, engine)))
+    assert recap(out, name)["failed"] == 0, out[-3000:]
+    text = flat(out)
+    assert current_release(host) == release
+    assert re.search(r"time to first token P50 [\d.]+ ms, P99 [\d.]+ ms \(limit 2000(\.0)? ms\); inter-token P50 "
+                     r"[\d.]+ ms, P99 [\d.]+ ms \(limit 500(\.0)? ms\); [\d.]+ tokens/s over 5 generations "
+                     r"measured on the device; first tokens as recorded at packaging", text), text[-3000:]
+    assert llm_health(host) == [200, {"status": "ok"}]
+
+    unit_text = host.file("/etc/systemd/system/%s" % UNIT).content_string
+    assert "ExecStart=%s/current/runtime/%s --model %s/current/engine/%s\n" % (
+        ROOT, server["entry"], ROOT, engine["entry"]) in unit_text
+    env = host.file("/etc/edgetune/runtime.env").content_string
+    threads = thread_sched(host, main_pid(host))
+    allowed = {t[3] for t in threads}
+    assert len(allowed) == 1, threads
+    # One compute thread per CPU the service may run on (the plan's inference CPUs, or all when
+    # the kernel refused them), taken from the plan, not typed in the inventory.
+    assert "LLAMA_ARG_THREADS=%d\n" % len(cpulist(allowed.pop())) in env, env
+    assert "LLAMA_ARG_LOAD_MODE=mmap+mlock\n" in env
+    if "EDGETUNE_EXPECT_SCHED=fifo" in env:
+        assert {(t[1], t[2]) for t in threads} == {(1, 40)}, threads
+    else:
+        assert {t[1] for t in threads} == {0} and "# SCHED_OTHER: " in unit_text
+
+    security = host.run("systemd-analyze security --no-pager %s" % UNIT)
+    score = re.search(r"Overall exposure level for %s: ([\d.]+)" % re.escape(UNIT), security.stdout)
+    assert score and float(score.group(1)) <= 4.0, security.stdout[-2000:]
+
+    out_dir = Path(tempfile.mkdtemp(prefix="edgetune-llm-test-"))
+    try:
+        digest = engine["artifact"]["sha256"][:8]
+        damaged = repackaged_engine(engine, out_dir, "%s-damaged%s" % (engine["version"], digest), flip_magic=True)
+        out = run_deploy(host, *release_args((server, damaged)))
+        assert recap(out, name)["failed"] == 1, out[-3000:]
+        assert "failed and was rolled back" in flat(out) and "health gate" in flat(out), flat(out)[-3000:]
+        assert current_release(host) == release and llm_health(host)[0] == 200
+
+        before = snapshot(host)
+        other = "rk3588" if host.file("/etc/nv_tegra_release").exists else "tegra234"
+        foreign = repackaged_engine(engine, out_dir, "%s-%s%s" % (engine["version"], other, digest),
+                                    compatibility={"socs": [other]})
+        out = run_deploy(host, *release_args((server, foreign)))
+        assert recap(out, name)["failed"] == 1 and "incompatible release:" in flat(out), flat(out)[-3000:]
+        assert "refused before role edge_runtime changed anything" in flat(out)
+        assert snapshot(host) == before and llm_health(host)[0] == 200
+    finally:
+        shutil.rmtree(str(out_dir), ignore_errors=True)
 
 
 @pytest.mark.one_board

@@ -17,6 +17,7 @@ def test_cpu_clusters_as_the_soc_has_them(host, expected):
     assert as_ranges == expected["clusters"]
 
 
+@pytest.mark.device
 def test_bootloader_file_present(host, expected):
     assert host.file(expected["bootloader"]).is_file
 

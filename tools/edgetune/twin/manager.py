@@ -10,16 +10,26 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+from edgetune import host_packages
+from edgetune.twin import inotify
+
 HERE = Path(__file__).resolve().parent
 BOARDS_DIR = HERE / "guest" / "boards"
+# Boards captured from real devices (`edgetune twin capture`), named captured/NAME.
+CAPTURED_DIR = Path(os.environ.get("EDGETUNE_CAPTURED_DIR") or HERE.parents[2] / ".cache" / "captured")
+CAPTURED = "captured/"
 LABEL = "io.edgetune.twin"
 # Twins of the fleet `edgetune twin up` manages (the demo's, the inventory's);
 # twins created one by one (molecule's, a developer's) do not carry it.
 FLEET_LABEL = "io.edgetune.fleet"
+# The inventory group of a fleet twin, fixed when it is made: `twin down` and
+# the inventory work without its board file (a board captured elsewhere).
+GROUP_LABEL = "io.edgetune.group"
 
 # The systemd container recipe of ../shared/TESTBED.md: --privileged is not
 # available here, so the capabilities are listed one by one.  LINUX_IMMUTABLE
@@ -39,6 +49,10 @@ RUN_OPTIONS = [
 BASE_PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "python3-apt", "iproute2",
                  "procps", "kmod", "e2fsprogs", "util-linux", "stress-ng"]
 BOOT_TIMEOUT = 90
+# Host packages, as host_packages.require() takes them: {package: commands it provides}.
+DOCKER_PACKAGES = {"docker.io": ["docker", "dockerd"]}
+IMAGE_BUILD_PACKAGES = {"debootstrap": ["debootstrap"]}
+DOCKERD_LOG = "/var/log/edgetune-dockerd.log"
 
 
 class TwinError(Exception):
@@ -53,15 +67,30 @@ def run(argv, **kwargs):
 
 
 # ---------------------------------------------------------------- boards
-def boards():
-    """All twin boards: name -> board spec (the twin's own hardware model)."""
+def builtin_boards():
     return {Path(p).stem: json.loads(Path(p).read_text()) for p in sorted(glob.glob(str(BOARDS_DIR / "*.json")))}
+
+
+def boards():
+    """All twin boards: name -> board spec (the twin's own hardware model), the
+    captured ones (CAPTURED_DIR/NAME/boards/NAME.json) as captured/NAME."""
+    known = builtin_boards()
+    for path in sorted(glob.glob(str(CAPTURED_DIR / "*" / "boards" / "*.json"))):
+        if Path(path).stem == Path(path).parents[1].name:
+            known[CAPTURED + Path(path).stem] = json.loads(Path(path).read_text())
+    return known
+
+
+def twin_prefix(board_name):
+    """The container name prefix of a board's twins (captured/NAME -> NAME)."""
+    return board_name[len(CAPTURED):] if board_name.startswith(CAPTURED) else board_name
 
 
 def board(name):
     known = boards()
     if name not in known:
-        raise TwinError("unknown twin board %r; known boards: %s" % (name, ", ".join(known)))
+        where = "; captured boards are read from %s" % CAPTURED_DIR if name.startswith(CAPTURED) else ""
+        raise TwinError("unknown twin board %r; known boards: %s%s" % (name, ", ".join(known), where))
     return known[name]
 
 
@@ -88,34 +117,16 @@ def engine_answers():
     return shutil.which("docker") is not None and run(["docker", "info"]).returncode == 0
 
 
-def is_debian_root():
-    return os.geteuid() == 0 and Path("/etc/debian_version").exists() and shutil.which("apt-get")
-
-
-def apt_install(*packages):
-    """Install Debian packages; the caller makes sure no other install runs beside it."""
-    update = run(["apt-get", "update", "-qq"])
-    if update.returncode != 0:
-        reason = update.stderr.strip()[-300:] or "check the machine's apt sources"
-        raise TwinError("apt-get update failed: %s" % reason)
-    result = run(["apt-get", "install", "-y", "-qq", *packages],
-                 env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
-    if result.returncode != 0:
-        raise TwinError("apt-get install %s failed: %s" % (" ".join(packages), result.stderr.strip()[-300:]))
-
-
 def ensure_engine(say=print):
     """A Docker engine that answers, started here if need be (Debian, root)."""
     if engine_answers():
         return
-    if not is_debian_root():
+    if not host_packages.is_debian_root():
         raise TwinError("no Docker engine answers: install and start Docker "
                         "(on Debian as root, edgetune installs docker.io itself)")
-    if not shutil.which("dockerd") or not shutil.which("docker"):
-        say("installing Debian's docker.io")
-        apt_install("docker.io")
+    host_packages.require(DOCKER_PACKAGES, say)
     say("starting dockerd")
-    log = open("/var/log/edgetune-dockerd.log", "ab")
+    log = open(DOCKERD_LOG, "ab")
     argv = ["dockerd"]
     # RT time for the twins' parent cgroup (Docker's cgroup gets cpu.rt_runtime_us=0
     # otherwise, and SCHED_FIFO in a twin fails with EPERM; role edge_cgroups). Only
@@ -128,7 +139,7 @@ def ensure_engine(say=print):
         if engine_answers():
             return
         time.sleep(1)
-    raise TwinError("dockerd did not answer within 60 s; see /var/log/edgetune-dockerd.log")
+    raise TwinError("dockerd did not answer within 60 s; see %s" % DOCKERD_LOG)
 
 
 # ---------------------------------------------------------------- images
@@ -155,24 +166,21 @@ def image_exists(tag):
     return run(["docker", "image", "inspect", tag]).returncode == 0
 
 
-def ensure_debootstrap(say=print):
-    if not shutil.which("debootstrap"):
-        if not is_debian_root():
-            raise TwinError("debootstrap is missing: install it (Debian: apt-get install debootstrap)")
-        say("installing debootstrap")
-        apt_install("debootstrap")
-
-
 def build_base(distro, say=print):
-    """The distribution's base image; ensure_debootstrap() must have run (not in parallel)."""
-    tag = "edgetune/base:%s" % distro
+    """The distribution's base image; ensure_images() installed debootstrap before the builders started."""
+    return debootstrap_image(distro, "edgetune/base:%s" % distro, BASE_PACKAGES, say)
+
+
+def debootstrap_image(distro, tag, packages, say=print, note="about a minute"):
+    """A local image ``tag`` of ``distro`` made by debootstrap (minbase plus ``packages``)
+    from the machine's own mirror; reused when it exists."""
     if image_exists(tag):
         return tag
     mirror = apt_mirror()
-    say("building %s with debootstrap (about a minute)" % tag)
+    say("building %s with debootstrap (%s)" % (tag, note))
     workdir = tempfile.mkdtemp(prefix="edgetune-rootfs-%s-" % distro, dir="/var/tmp")
     try:
-        result = run(["debootstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES),
+        result = run(["debootstrap", "--variant=minbase", "--include=" + ",".join(packages),
                       distro, workdir, mirror])
         if result.returncode != 0:
             tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
@@ -199,13 +207,17 @@ def build_twin_image(distro, say=print):
 
 
 def ensure_images(distros, say=print):
+    """The twin images of these distributions, built in parallel once every package is installed:
+    two builders installing at the same time would meet on apt's lock."""
+    distros = sorted(set(distros))
+    if not engine_answers() and host_packages.is_debian_root() and host_packages.missing(DOCKER_PACKAGES):
+        # A machine without Docker has no image yet: debootstrap comes in the same apt run.
+        host_packages.require(dict(DOCKER_PACKAGES, **IMAGE_BUILD_PACKAGES), say)
     ensure_engine(say)
-    # The package install comes first and once: two builds installing at the
-    # same time would meet on apt's lock.
     if not all(image_exists("edgetune/base:%s" % distro) for distro in distros):
-        ensure_debootstrap(say)
+        host_packages.require(IMAGE_BUILD_PACKAGES, say)
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(lambda d: build_twin_image(d, say), sorted(set(distros))))
+        return list(pool.map(lambda d: build_twin_image(d, say), distros))
 
 
 # ---------------------------------------------------------------- twins
@@ -230,12 +242,27 @@ def create(name, board_name, say=print, fleet=False):
         raise TwinError("container %s exists as a twin %s the fleet; remove it with `edgetune twin rm %s`"
                         % (name, "outside" if fleet else "of", name))
     if state is None:
-        labels = ["--label", "%s=%s" % (LABEL, board_name)] + (["--label", FLEET_LABEL + "=yes"] if fleet else [])
-        result = run(["docker", "run", "-d", "--name", name, "--hostname", name, *labels,
-                      "-e", "EDGETUNE_TWIN_BOARD=" + board_name,
+        labels = ["--label", "%s=%s" % (LABEL, board_name)]
+        if fleet:
+            labels += ["--label", FLEET_LABEL + "=yes", "--label", "%s=%s" % (GROUP_LABEL, fleet_group(spec))]
+        captured = board_name.startswith(CAPTURED)
+        result = run(["docker", "create" if captured else "run", *([] if captured else ["-d"]),
+                      "--name", name, "--hostname", name, *labels,
+                      "-e", "EDGETUNE_TWIN_BOARD=" + spec["name"],
                       *RUN_OPTIONS, "edgetune/twin:%s" % spec["distro"]])
         if result.returncode != 0:
             raise TwinError("cannot start twin %s: %s" % (name, result.stderr.strip()))
+        if captured:
+            # The captured board's files join the image's guest files before its first power-on.
+            source = CAPTURED_DIR / twin_prefix(board_name)
+            for sub in ("boards", "bootfiles", "nvpmodel_confs"):
+                copied = run(["docker", "cp", "%s/%s/." % (source, sub), "%s:/usr/lib/edgetune-twin/%s/" % (name, sub)])
+                if copied.returncode != 0:
+                    remove(name)
+                    raise TwinError("cannot copy %s/%s into twin %s: %s" % (source, sub, name, copied.stderr.strip()))
+            started = run(["docker", "start", name])
+            if started.returncode != 0:
+                raise TwinError("cannot start twin %s: %s" % (name, started.stderr.strip()))
     elif not state["running"]:
         run(["docker", "start", name])
     wait_booted(name)
@@ -264,18 +291,22 @@ def remove(name):
 def twins(fleet_only=False):
     """Running or stopped twins (``fleet_only``: those of `twin up`'s fleet): dicts name/board/running."""
     result = run(["docker", "ps", "-a", "--filter", "label=" + (FLEET_LABEL if fleet_only else LABEL),
-                  "--format", "{{.Names}}\t{{.Label \"%s\"}}\t{{.State}}" % LABEL])
+                  "--format", "{{.Names}}\t{{.Label \"%s\"}}\t{{.State}}\t{{.Label \"%s\"}}" % (LABEL, GROUP_LABEL)])
     rows = []
     for line in result.stdout.splitlines():
-        name, board_name, state = line.split("\t")
-        rows.append({"name": name, "board": board_name, "running": state == "running"})
+        name, board_name, state, group = (line.split("\t") + [""])[:4]
+        rows.append({"name": name, "board": board_name, "running": state == "running", "group": group})
     return sorted(rows, key=lambda r: r["name"])
 
 
 def up(fleet, say=print):
     """Bring up a fleet [(board, count)] in parallel; returns the twin names."""
     ensure_images([board(b)["distro"] for b, _ in fleet], say)
-    wanted = [("%s-%d" % (b, i), b) for b, count in fleet for i in range(1, count + 1)]
+    wanted = [("%s-%d" % (twin_prefix(b), i), b) for b, count in fleet for i in range(1, count + 1)]
+    # Before any twin boots: the host's inotify limits for every twin that will then run.
+    running = [twin["name"] for twin in twins() if twin["running"]]
+    others = set(running) - {name for name, _ in wanted}
+    inotify.ensure_limits(len(wanted) + len(others), say, sample_twin=running[0] if running else None)
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         futures = [pool.submit(create, name, b, say, True) for name, b in wanted]
         for future in futures:
@@ -287,7 +318,12 @@ def write_inventory(directory):
     """inventory/twin/hosts.yml with groups orin-fleet and rk3588-fleet."""
     groups = {"orin-fleet": {}, "rk3588-fleet": {}}
     for twin in twins(fleet_only=True):
-        groups[fleet_group(board(twin["board"]))][twin["name"]] = None
+        group = twin["group"] or (fleet_group(boards()[twin["board"]]) if twin["board"] in boards() else "")
+        if group not in groups:
+            print("edgetune: twin %s (board %s) left out of the inventory: its board is unknown here"
+                  % (twin["name"], twin["board"]), file=sys.stderr)
+            continue
+        groups[group][twin["name"]] = None
     inventory = {"all": {
         "vars": {"ansible_connection": "community.docker.docker",
                  "ansible_python_interpreter": "/usr/bin/python3"},

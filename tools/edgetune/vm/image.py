@@ -15,6 +15,7 @@ import struct
 import tempfile
 from pathlib import Path
 
+from edgetune import host_packages
 from edgetune.errors import UsageError
 from edgetune.twin import manager
 
@@ -36,9 +37,10 @@ PACKAGES = sorted(set(manager.BASE_PACKAGES) | {
 # The host key's name in known_hosts: the VM answers on a port chosen at `up`.
 HOST_KEY_ALIAS = "edgetune-vm-" + BOARD
 MBR_BIN = Path("/usr/lib/syslinux/mbr/mbr.bin")
-TOOLS = {"qemu-system-x86_64": "qemu-system-x86", "qemu-img": "qemu-utils", "extlinux": "extlinux",
-         "debootstrap": "debootstrap", "losetup": "mount", "mkfs.ext4": "e2fsprogs",
-         "ssh-keygen": "openssh-client"}
+# Host packages, as host_packages.require() takes them: {package: commands or files it provides}.
+RUN_PACKAGES = {"qemu-system-x86": ["qemu-system-x86_64"], "qemu-utils": ["qemu-img"]}
+BUILD_PACKAGES = {"debootstrap": ["debootstrap"], "extlinux": ["extlinux"], "syslinux-common": [str(MBR_BIN)],
+                  "mount": ["losetup"], "e2fsprogs": ["mkfs.ext4"], "openssh-client": ["ssh-keygen"]}
 
 
 def run(argv, **kwargs):
@@ -51,24 +53,6 @@ def check(argv, what, **kwargs):
         tail = " | ".join(((result.stdout or "") + (result.stderr or "")).strip().splitlines()[-3:])
         raise UsageError("%s failed: %s" % (what, tail))
     return result
-
-
-def require_tools(names, say=print):
-    """The host tools the VM needs: installed with apt on Debian as root (as the
-    Docker engine is), else one line saying what to install."""
-    missing = sorted({TOOLS[n] for n in names if not shutil.which(n)})
-    if "extlinux" in names and not MBR_BIN.exists():
-        missing.append("syslinux-common")
-    if not missing:
-        return
-    if not manager.is_debian_root():
-        raise UsageError("missing %s: install them (Debian: apt-get install %s)"
-                         % (", ".join(missing), " ".join(missing)))
-    say("installing Debian's %s" % " ".join(missing))
-    try:
-        manager.apt_install(*missing)
-    except manager.TwinError as exc:
-        raise UsageError(str(exc)) from exc
 
 
 def require_loop():
@@ -140,12 +124,12 @@ def mbr_partition_table(disk_bytes):
 def build(say=print, force=False):
     """Build (or reuse) the image; returns its cache directory."""
     # qemu too, though only `vm up` runs it: make test builds the image before
-    # it starts the VM scenario beside other work that may use apt.
-    require_tools(["qemu-system-x86_64", "qemu-img"], say)
+    # it starts the VM scenario beside other work that may use apt. One apt run.
     done = cached()
     if done and not force:
+        host_packages.require(RUN_PACKAGES, say)
         return done
-    require_tools(["debootstrap", "extlinux", "losetup", "mkfs.ext4", "ssh-keygen"], say)
+    host_packages.require(dict(RUN_PACKAGES, **BUILD_PACKAGES), say)
     require_loop()
     mirror = manager.apt_mirror()
     target = image_dir()

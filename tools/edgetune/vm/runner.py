@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from edgetune import host_packages
 from edgetune.errors import UsageError
 from edgetune.vm import image
 
@@ -82,7 +83,7 @@ def serial_tail(lines=8):
 # ---------------------------------------------------------------- up / down
 def up(inventory_dir="inventory/twin", timeout=BOOT_TIMEOUT, port=None, say=print):
     """Boot the cached image (built first if need be), wait for SSH, write the inventory."""
-    image.require_tools(["qemu-system-x86_64", "qemu-img"], say)
+    host_packages.require(image.RUN_PACKAGES, say)
     st = state()
     if st is None:
         img = image.cached() or image.build(say)

@@ -1,0 +1,122 @@
+"""From a real board to a twin, on the VM twin (a real kernel reached over real SSH).
+
+After the scenario's converge: `edgetune twin capture` reads the VM through
+the scenario's inventory (its recorded host key, checked under its
+HostKeyAlias; SFTP on its sshd), a container twin boots from the capture and
+site.yml converges it like a built-in board, and `edgetune verify` runs the
+molecule device checks against the VM itself (expectations from the
+inventory's intent and the VM's facts, with the roles this scenario leaves
+out switched off as its --skip-tags leaves them out) and against the twin.
+Runs before test_vm.py (file order), on the converged VM; reads the VM only.
+"""
+import hashlib
+import json
+import os
+import subprocess
+import time
+import xml.etree.ElementTree as ElementTree
+
+import pytest
+import yaml
+from conftest import PROJECT, read, recap
+
+NAME = "cap-vm"
+TWIN = NAME + "-1"
+VM = "vm-orin-nx-16gb-r36"
+# What this scenario's --skip-tags (molecule.yml) leaves out, for verify's plan.
+SKIPPED_ROLES = ["-e", '{"edge_power_enabled": false}']
+
+
+def edgetune(*args, env=None):
+    return subprocess.run(["edgetune", *args], cwd=str(PROJECT), env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, check=False)
+
+
+def device_digest(host):
+    """What capture reads, hashed on the VM (read-only proof): the boot file, release files, the
+    device tree and cpufreq/devfreq values, the config of each PCI device."""
+    return host.check_output(
+        "cat /boot/extlinux/extlinux.conf /etc/nv_tegra_release /etc/nvpmodel.conf "
+        "/sys/firmware/devicetree/base/model /sys/devices/system/cpu/cpufreq/policy*/scaling_governor "
+        "/sys/class/devfreq/*/governor /sys/bus/pci/devices/*/config /proc/irq/*/smp_affinity_list "
+        "2>/dev/null | sha256sum")
+
+
+@pytest.fixture(scope="module")
+def captured(host, tmp_path_factory):
+    work = tmp_path_factory.mktemp("capture-vm")
+    env = dict(os.environ, EDGETUNE_CAPTURED_DIR=str(work / "captured"))
+    before = device_digest(host)
+    started = time.time()
+    done = edgetune("twin", "capture", "-i", os.environ["MOLECULE_INVENTORY_FILE"], VM, "--name", NAME,
+                    "--ssh-config", str(work / "no-ssh-config"), env=env)
+    seconds = time.time() - started
+    assert done.returncode == 0, done.stderr
+    assert device_digest(host) == before
+    yield {"work": work, "env": env, "dir": work / "captured" / NAME, "seconds": seconds, "stderr": done.stderr}
+    subprocess.run(["docker", "rm", "-f", TWIN], stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+
+
+def test_capture_reads_the_vm_over_ssh(host, captured):
+    board = json.loads((captured["dir"] / "boards" / (NAME + ".json")).read_text())
+    assert board["model"] == "NVIDIA Jetson Orin NX Engineering Reference Developer Kit"
+    assert board["compatible"][1] == "nvidia,p3767-0000" and board["family"] == "jetson"
+    assert [c["cpus"] for c in board["clusters"]] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert board["kernel_release"] == read(host, "/proc/sys/kernel/osrelease")
+    assert board["cgroup"] == "unified" and board["bootloader"] == "l4t"
+    # The VM's own interrupts (a real x86 kernel's), names scrubbed of MACs; its boot file as it is.
+    assert len(board["irqs"]) > 5
+    boot = (captured["dir"] / "bootfiles" / (NAME + ".extlinux.conf")).read_text()
+    assert boot == host.file("/boot/extlinux/extlinux.conf").content_string
+    report = json.loads((captured["dir"] / "capture.json").read_text())
+    assert report["complete"] and any("already tuned by edgetune" in n for n in report["notes"])
+    serial = host.file("/sys/firmware/devicetree/base/serial-number").content_string.rstrip("\0")
+    machine_id = read(host, "/etc/machine-id")
+    for path in captured["dir"].rglob("*"):
+        if path.is_file() and path.suffix != ".config":
+            text = path.read_text()
+            assert serial not in text and machine_id not in text, path
+    profile = yaml.safe_load((captured["dir"] / "profile" / (NAME + ".yml")).read_text())
+    assert profile["clusters"] == [[0, 1, 2, 3], [4, 5, 6, 7]] and profile["inference_clusters"] == [1]
+    print("captured the VM over SSH in %.0f s" % captured["seconds"])
+
+
+def test_a_twin_of_the_capture_converges(captured):
+    work, env = captured["work"], captured["env"]
+    started = time.time()
+    up = edgetune("twin", "up", "--fleet", "captured/%s:1" % NAME, "--inventory-dir", str(work / "up"), env=env)
+    assert up.returncode == 0, up.stderr
+    inventory = work / "inventory"
+    inventory.mkdir()
+    os.symlink(str(PROJECT / "inventory" / "twin" / "group_vars"), str(inventory / "group_vars"))
+    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {
+        "vars": {"ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"},
+        "children": {"orin-fleet": {"hosts": {TWIN: None}}}}}))
+    site = subprocess.run(["ansible-playbook", "-i", str(inventory), "site.yml"], cwd=str(PROJECT),
+                          env=dict(env, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0"), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT,
+                          universal_newlines=True, check=False)
+    stats = recap(site.stdout, TWIN)
+    assert stats["failed"] == 0 and stats["unreachable"] == 0, site.stdout[-4000:]
+    done = edgetune("verify", "-l", TWIN, "-i", str(inventory / "hosts.yml"), "--junit", str(work / "twin.xml"),
+                    env=env)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    print("twin of the capture up, converged and verified in %.0f s" % (time.time() - started))
+
+
+def test_verify_against_the_vm_itself(captured):
+    junit = captured["work"] / "vm.xml"
+    started = time.time()
+    done = edgetune("verify", "-l", VM, "-i", os.environ["MOLECULE_INVENTORY_FILE"], "--junit", str(junit),
+                    *SKIPPED_ROLES, env=captured["env"])
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    suite = ElementTree.parse(str(junit)).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    ran = {c.get("name").split("[")[0]: c.find("skipped") is None for c in suite.findall("testcase")}
+    # The VM proves what the container twins cannot: FIFO threads on the inference CPUs, the classifier.
+    for check in ("test_args_are_in_the_boot_file_and_running", "test_slice_values_in_the_cgroup_files",
+                  "test_threads_run_with_the_policy_and_cpus_they_claim",
+                  "test_classifier_is_attached_where_the_inventory_asks"):
+        assert ran.get(check), (check, ran)
+    digest = hashlib.sha256(junit.read_bytes()).hexdigest()[:12]
+    print("verify of the VM in %.0f s (report %s)" % (time.time() - started, digest))

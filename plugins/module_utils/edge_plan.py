@@ -1,0 +1,320 @@
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The plan of one device: every derived value of the desired state, computed once.
+
+From the host's validated intent (plugins/module_utils/edge_intent.py's
+``validate``: typed values of every role's variables) and what the board is
+(edge_facts' ``ansible_facts.edge`` and the matched board profile), ``build``
+returns one dict that the roles apply part by part and the tools print
+(`edgetune plan`). Nothing here reads a device: what only the device can tell
+(the NUMA node of the accelerator, whether the kernel grants SCHED_FIFO to the
+slice, the modes in /etc/nvpmodel.conf) stays with the role that asks it.
+
+Parts: ``cpu`` (the partition: inference, housekeeping, IRQ default, the
+nohz_full and rcu_nocbs sets), ``bootargs`` (the arguments for the bootloader
+in use), ``power`` (nvpmodel mode by name, jetson_clocks, cpufreq and devfreq
+settings), ``slice`` (the inference slice and its limits), ``runtime`` (the
+service's CPUs, thread count and scheduling), ``reboot`` (the policy) and
+``audit`` (what each role's desired state is made of: the drift audit compares
+it with the record the last apply left on the device, see ``audit_part``).
+A part whose role is switched off is ``{"enabled": false}`` (with what other
+parts still need from it).
+"""
+
+import hashlib
+import json
+
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist
+
+PLAN_VERSION = 1
+
+# Kernel arguments the roles set themselves (a user's extra of the same key
+# is refused by the validation).
+CGROUP_V2_ARG = "systemd.unified_cgroup_hierarchy=1"
+
+# The devfreq kinds a board profile names nodes for, in the order they are tuned.
+DEVFREQ_KINDS = ("gpu", "npu", "memory")
+
+
+# The roles whose apply leaves a record for the drift audit (the checks they
+# render, with what their desired state was made of), and the plan parts each
+# applies besides its own variables.
+RECORDED_ROLES = {
+    "edge_bootargs": ("cpu", "bootargs"),
+    "edge_cpu": ("cpu",),
+    "edge_cgroups": ("cpu", "slice"),
+    "edge_power": ("cpu", "power"),
+    "edge_pcie_qos": (),
+    "edge_runtime": ("runtime",),
+    "edge_audit_timer": (),
+}
+RECORD_DIR = "/etc/edgetune/applied"
+# Plan fields that describe the running device, not its desired state: they
+# change across the apply's own reboot (a power mode that brings a cluster
+# online), so they are left out of the recorded inputs.
+OBSERVED = {"cpu": ("offline_inference",)}
+
+
+class PlanError(ValueError):
+    """The intent cannot be planned on this board (the validation should have said why)."""
+
+
+def _jetson_clocks(value):
+    """edge_power_jetson_clocks as True, False or None (leave alone); -e gives strings."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("", "null", "none"):
+        return None
+    return text in ("true", "yes", "1", "on")
+
+
+def sysctls(intent):
+    """The kernel settings role edge_cpu sets and persists, in the sysctl file's order.
+
+    kernel.numa_balancing is set only where the kernel has it (the role
+    looks for the switch on the device): ``only_if_present``.
+    """
+    if not intent.get("edge_cpu_enabled", True) or not intent.get("edge_cpu_sysctl", True):
+        return []
+    return [
+        {"name": "kernel.sched_rt_runtime_us", "value": intent.get("edge_cpu_sched_rt_runtime_us", 950000)},
+        {"name": "kernel.timer_migration", "value": intent.get("edge_cpu_timer_migration", 0)},
+        {"name": "vm.stat_interval", "value": intent.get("edge_cpu_vm_stat_interval", 10)},
+        {"name": "kernel.numa_balancing", "value": intent.get("edge_cpu_numa_balancing", 0),
+         "only_if_present": True},
+    ]
+
+
+def cpu_part(intent, partition):
+    inference, housekeeping = partition["inference"], partition["housekeeping"]
+    isolated = partition["inference_list"]
+    return {
+        "inference": inference,
+        "inference_list": isolated,
+        "housekeeping": housekeeping,
+        "housekeeping_list": partition["housekeeping_list"],
+        "offline_inference": partition.get("offline_inference", []),
+        # irqbalance before 1.8 takes the banned CPUs as a hex mask only.
+        "inference_mask": "%x" % sum(1 << c for c in inference),
+        # Where IRQs go by default and what the tick and RCU leave alone.
+        "irq_default_list": partition["housekeeping_list"],
+        "nohz_full_list": isolated if intent.get("edge_bootargs_nohz_full", True) else "",
+        "rcu_nocbs_list": isolated if intent.get("edge_bootargs_rcu_nocbs", True) else "",
+        "sysctl": sysctls(intent),
+    }
+
+
+def bootargs_part(intent, facts, profile, cpu):
+    if not intent.get("edge_bootargs_enabled", True):
+        return {"enabled": False, "args": []}
+    args = []
+    isolated = cpu["inference_list"]
+    if isolated:
+        flags = list(intent.get("edge_bootargs_isolcpus_flags") or [])
+        args.append("isolcpus=" + ",".join(flags + [isolated]))
+        if cpu["nohz_full_list"]:
+            args.append("nohz_full=" + cpu["nohz_full_list"])
+        if cpu["rcu_nocbs_list"]:
+            args.append("rcu_nocbs=" + cpu["rcu_nocbs_list"])
+        if intent.get("edge_bootargs_irqaffinity", True):
+            args.append("irqaffinity=" + cpu["irq_default_list"])
+    cgroup_v2 = intent.get("edge_bootargs_cgroup_v2", "auto")
+    if cgroup_v2 == "auto":
+        cgroup_v2 = profile.get("cgroup_default") in ("hybrid", "legacy")
+    if cgroup_v2 is True:
+        args.append(CGROUP_V2_ARG)
+    args += list(intent.get("edge_bootargs_extra") or [])
+    bootloader = (facts.get("bootloader") or {})
+    return {
+        "enabled": True,
+        "bootloader": intent.get("edge_bootargs_bootloader") or bootloader.get("name") or "",
+        "path": intent.get("edge_bootargs_path") or bootloader.get("path") or "",
+        "args": args,
+        "absent": list(intent.get("edge_bootargs_absent") or []),
+        "cgroup_v2": cgroup_v2 is True,
+    }
+
+
+def power_part(intent, facts, profile, cpu):
+    """nvpmodel and jetson_clocks on a Jetson; cpufreq and devfreq settings ("auto" resolved).
+
+    Latency-first defaults: the performance governor keeps a cluster or an
+    accelerator at its maximum, so an inference burst never waits for a
+    governor to ramp up (schedutil reacts within ms; devfreq's simple_ondemand
+    and nvhost_podgov sample every few tens of ms). Limits are left to nvpmodel.
+    """
+    if not intent.get("edge_power_enabled", True):
+        return {"enabled": False}
+    jetson = profile.get("family") == "jetson"
+    mode_intent = intent.get("edge_power_nvpmodel_mode", "recommended") or ""
+    mode = (profile.get("nvpmodel_recommended") or "") if mode_intent == "recommended" else mode_intent
+    clocks = _jetson_clocks(intent.get("edge_power_jetson_clocks", True))
+    notes = []
+    if not jetson and (mode_intent or clocks is not None):
+        notes.append("%s is not a Jetson: nvpmodel and jetson_clocks are not applicable "
+                     "(edge_power_nvpmodel_mode and edge_power_jetson_clocks are left out)"
+                     % (profile.get("title") or "this board"))
+
+    cpufreq = intent.get("edge_power_cpufreq", "auto")
+    if cpufreq == "auto":
+        cpufreq = []
+        inference = set(cpu["inference"])
+        if not inference:
+            notes.append("no inference CPUs (edge_cpu_isolate: none): no cpufreq policy is tuned")
+        for cluster in (facts.get("cpu") or {}).get("clusters") or []:
+            if not inference & set(cluster.get("cpus") or []):
+                continue
+            governors = cluster.get("governors") or []
+            if not governors or "performance" in governors:
+                cpufreq.append({"policy": cluster["policy"], "governor": "performance"})
+            else:
+                notes.append("policy%d offers no performance governor" % cluster["policy"])
+    devfreq = intent.get("edge_power_devfreq", "auto")
+    if devfreq == "auto":
+        devfreq = []
+        nodes = profile.get("devfreq") or {}
+        present = facts.get("devfreq") or {}
+        for kind in DEVFREQ_KINDS:
+            node = nodes.get(kind)
+            if not node:
+                continue
+            if node not in present:
+                notes.append("%s node %s is not on this board (driver not loaded?)" % (kind, node))
+            elif "performance" in (present[node].get("governors") or []):
+                devfreq.append({"node": node, "governor": "performance"})
+            else:
+                notes.append("%s node %s offers no performance governor" % (kind, node))
+    return {
+        "enabled": True,
+        "jetson": jetson,
+        "nvpmodel_managed": jetson and bool(mode_intent),
+        "nvpmodel_mode": mode if jetson else "",
+        "jetson_clocks_managed": jetson and clocks is not None,
+        "jetson_clocks": clocks if jetson else None,
+        "cpufreq": cpufreq,
+        "devfreq": devfreq,
+        "notes": notes,
+    }
+
+
+def slice_part(intent, facts, cpu, slice_values):
+    if not intent.get("edge_cgroups_enabled", True):
+        return {"enabled": False, "name": intent.get("edge_cgroups_slice", "ai-infer.slice")}
+    values = dict(slice_values or {})
+    return {
+        "enabled": True,
+        "name": intent.get("edge_cgroups_slice", "ai-infer.slice"),
+        # Bound by cluster; on a multi-node host role edge_cpu narrows it to
+        # the accelerator's NUMA node (a device read).
+        "cpus": cpu["inference"],
+        "cpulist": cpu["inference_list"],
+        "cgroup": facts.get("cgroup") or "",
+        "v1": facts.get("cgroup") in ("hybrid", "legacy"),
+        "cpu_weight": intent.get("edge_cgroups_cpu_weight"),
+        "cpu_quota": values.get("cpu_quota", ""),
+        "memory_max": values.get("memory_max", ""),
+        "memory_high": values.get("memory_high", ""),
+        "memory_max_bytes": values.get("memory_max_bytes"),
+        "memory_high_bytes": values.get("memory_high_bytes"),
+        "io_weight": intent.get("edge_cgroups_io_weight"),
+        "rt_runtime_us": intent.get("edge_cgroups_rt_runtime_us"),
+    }
+
+
+def runtime_part(intent, facts, cpu):
+    choice = str(intent.get("edge_runtime_cpus", "auto")).strip()
+    if choice == "auto":
+        cpulist = cpu["inference_list"]
+    elif choice in ("none", ""):
+        cpulist = ""
+    else:
+        cpulist = format_cpulist(parse_cpulist(choice))
+    cpus = sorted(parse_cpulist(cpulist)) if cpulist else []
+    online = (facts.get("cpu") or {}).get("online") or []
+    return {
+        "cpus": cpus,
+        "cpulist": cpulist,
+        # One inference thread per CPU it is pinned to; unpinned, per online CPU.
+        "threads": len(cpus) or len(online) or 1,
+        "slice": intent.get("edge_runtime_slice", "ai-infer.slice"),
+        "sched_policy": intent.get("edge_runtime_sched_policy", "fifo"),
+        "sched_priority": intent.get("edge_runtime_sched_priority", 40),
+        "require_fifo": intent.get("edge_runtime_require_fifo", True),
+        "require_affinity": intent.get("edge_runtime_require_affinity", True),
+    }
+
+
+def _canonical(value):
+    """JSON-shaped (tuples as lists, keys sorted) so that a record read back compares equal."""
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def digest(value):
+    return hashlib.sha1(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _desired(part, values):
+    return dict((k, v) for k, v in values.items() if k not in OBSERVED.get(part, ()))
+
+
+def audit_part(intent, plan, role_options, code=None):
+    """What each recorded role's desired state is made of, for the drift audit.
+
+    Per role: ``enabled``, and ``inputs``: its own variables (typed, defaults
+    filled in) and the sha1 of each plan part it applies. The apply writes
+    them with the role's checks to RECORD_DIR/ROLE.json; the audit
+    evaluates those checks, and reports the role drifted where today's
+    inputs differ from the recorded ones (the inventory or the board changed
+    since the last apply), naming what changed. ``role_options``: {role:
+    option names} (the roles' argument specs); ``code``: {role: digest of the
+    code that renders its desired state} (the role's files and the modules),
+    so that a new edgetune is a change too.
+    """
+    roles = {}
+    for role, parts in sorted(RECORDED_ROLES.items()):
+        names = sorted(n for n in role_options.get(role) or () if n in intent)
+        roles[role] = {
+            "enabled": bool(intent.get(role + "_enabled", True)),
+            "inputs": {
+                "variables": _canonical(dict((n, intent[n]) for n in names)),
+                "plan": dict((part, digest(_canonical(_desired(part, plan[part])))) for part in parts),
+                "code": (code or {}).get(role),
+            },
+        }
+    return {"record_dir": RECORD_DIR, "roles": roles}
+
+
+def build(intent, facts, profile, partition, slice_values=None, role_options=None, code=None):
+    """The plan of one device.
+
+    ``intent``: the typed values of every role's variables (defaults filled
+    in); ``facts``/``profile``: ansible_facts.edge and the matched profile;
+    ``partition``: edge_intent.cpu_partition's result; ``slice_values``:
+    edge_intent.slice_plan's (quota resolved, memory limits in bytes);
+    ``role_options``: {role: option names} and ``code``: {role: digest}, for
+    the audit part.
+    """
+    if not facts or not profile:
+        raise PlanError("no board facts: run role edge_facts before planning")
+    if partition is None:
+        raise PlanError("the CPU partition could not be computed (see the validation's messages)")
+    cpu = cpu_part(intent, partition)
+    plan = {
+        "version": PLAN_VERSION,
+        "board": {
+            "profile": profile.get("name"),
+            "title": profile.get("title"),
+            "family": profile.get("family"),
+            "bootloader": (facts.get("bootloader") or {}).get("name"),
+            "cgroup": facts.get("cgroup"),
+        },
+        "cpu": cpu,
+        "bootargs": bootargs_part(intent, facts, profile, cpu),
+        "power": power_part(intent, facts, profile, cpu),
+        "slice": slice_part(intent, facts, cpu, slice_values),
+        "runtime": runtime_part(intent, facts, cpu),
+        "reboot": {"policy": intent.get("edge_reboot_policy", "auto")},
+    }
+    plan["audit"] = audit_part(intent, plan, role_options or {}, code)
+    return plan

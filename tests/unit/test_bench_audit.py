@@ -1,0 +1,59 @@
+"""tools/edgetune/bench_audit.py: what the audit benchmark counts, on reports shaped like ansible.posix.json's."""
+import json
+
+import pytest
+
+from edgetune import bench_audit
+
+pytestmark = pytest.mark.controller
+
+
+def task(name, hosts):
+    return {"task": {"name": name}, "hosts": hosts}
+
+
+REPORT = {"plays": [{"tasks": [
+    task("Validating arguments", {"a": {"action": "ansible.builtin.validate_argument_spec"}}),
+    task("Read the board", {"a": {"action": "edgetune.fleet.edge_facts"},
+                            "b": {"action": "edgetune.fleet.edge_facts"}}),
+    task("Plan", {"a": {"action": "edgetune.fleet.edge_plan"}, "b": {"action": "edgetune.fleet.edge_plan"}}),
+    task("Read two files", {"a": {"action": "ansible.builtin.slurp", "results": [
+        {"ansible_loop_var": "item", "item": "x"}, {"ansible_loop_var": "item", "item": "y", "skipped": True}]}}),
+    task("Skipped", {"b": {"action": "ansible.builtin.stat", "skipped": True}}),
+    task("Audit", {"a": {"action": "edgetune.fleet.edge_audit", "results": [
+        {"setting": "kernel boot arguments", "state": "ok"}, {"setting": "edge_cpu applied state", "state": "ok"},
+        {"setting": "IRQ affinity", "state": "drifted"}]}}),
+    task("Show", {"a": {"action": "ansible.builtin.debug"}}),
+]}]}
+
+
+def test_module_executions_count_device_work_only():
+    # a: edge_facts, one slurp item (the other skipped), edge_audit (its own "results" are not loop items)
+    assert bench_audit.executions(REPORT) == {"a": 3, "b": 1}
+
+
+def test_findings_leave_out_the_records_own_results():
+    assert bench_audit.audit_results(REPORT) == {"a": {"kernel boot arguments": "ok", "IRQ affinity": "drifted"}}
+
+
+def test_alias_inventory_cycles_over_the_twins_with_their_variables(tmp_path):
+    source = tmp_path / "twin"
+    (source / "group_vars").mkdir(parents=True)
+    (source / "group_vars" / "all.yml").write_text("edge_runtime_require_fifo: false\n")
+    (source / "host_vars").mkdir()
+    (source / "host_vars" / "t1.yml").write_text("edge_cpu_isolate: 6-7\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    path = bench_audit.alias_inventory(["t1", "t2"], 3, str(work), str(source))
+    hosts = json.loads((path / "hosts.yml").read_text())["all"]["hosts"]
+    assert [h["ansible_host"] for h in hosts.values()] == ["t1", "t2", "t1"]
+    assert (path / "group_vars" / "all.yml").read_text() == "edge_runtime_require_fifo: false\n"
+    assert sorted(p.name for p in (path / "host_vars").iterdir()) == ["t1-as-00.yml", "t1-as-02.yml"]
+
+
+def test_table_reports_the_ratios_and_the_agreement():
+    rows = [{"size": 1, "playbook": "audit", "wall": 2.0, "cpu_per_device": 1.0, "executions": 2, "audited": 1},
+            {"size": 1, "playbook": "audit_roles", "wall": 20.0, "cpu_per_device": 9.0, "executions": 12,
+             "audited": 1}]
+    text = bench_audit.table(rows, {1: True})
+    assert "1 device(s): same findings yes; old/new wall 10.0x, CPU 9.0x, executions 12 -> 2" in text

@@ -1,0 +1,192 @@
+"""plugins/module_utils/edge_plan.py: one plan per device from the validated intent and the board.
+
+The boards are test_edge_intent's (facts as edge_facts reads them, the real
+board profiles); the expected values are written here from the boards'
+documented hardware (Orin NX: clusters 0-3 and 4-7, GPU 17000000.gpu on r36;
+AGX Orin on r35: three clusters, cgroup v1/hybrid by default; RK3588: policies
+0, 4 and 6, devfreq fb000000.gpu, fdab0000.npu and dmc), not from the planner.
+"""
+import pytest
+from test_edge_intent import BOARDS, SPECS, board
+
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_intent as intent
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_plan
+
+
+def plan_for(name, values=None):
+    facts, profile = board(name)
+    checked = intent.validate(dict(values or {}), SPECS, facts=facts, profile=profile)
+    assert checked["problems"] == [], checked["problems"]
+    return edge_plan.build(checked["intent"], facts, profile, checked["partition"], checked["slice"])
+
+
+def test_orin_nx_defaults():
+    plan = plan_for("orin-nx")
+    assert plan["cpu"]["inference"] == [4, 5, 6, 7]
+    assert plan["cpu"]["housekeeping_list"] == "0-3"
+    assert plan["bootargs"]["args"] == ["isolcpus=managed_irq,domain,4-7", "nohz_full=4-7", "rcu_nocbs=4-7",
+                                        "irqaffinity=0-3"]
+    # r36 boots cgroup v2 by default: no switch
+    assert plan["bootargs"]["cgroup_v2"] is False
+    assert plan["power"]["nvpmodel_mode"] == "MAXN_SUPER"
+    assert plan["power"]["jetson_clocks"] is True
+    assert plan["power"]["cpufreq"] == [{"policy": 4, "governor": "performance"}]
+    assert plan["power"]["devfreq"] == [{"node": "17000000.gpu", "governor": "performance"}]
+    assert plan["slice"]["cpulist"] == "4-7"
+    assert plan["slice"]["cpu_quota"] == "400%"
+    assert plan["slice"]["memory_max_bytes"] == int(16 * 1024 ** 3 * 0.9)
+    assert plan["slice"]["v1"] is False
+    assert plan["runtime"]["cpulist"] == "4-7"
+    assert plan["runtime"]["threads"] == 4
+
+
+def test_agx_orin_r35_switches_to_cgroup_v2_and_tunes_the_offline_cluster():
+    plan = plan_for("agx-r35")
+    assert plan["cpu"]["inference_list"] == "4-11"
+    assert plan["cpu"]["offline_inference"] == [8, 9, 10, 11]
+    assert plan["bootargs"]["args"][-1] == "systemd.unified_cgroup_hierarchy=1"
+    assert plan["power"]["nvpmodel_mode"] == "MAXN"
+    assert [p["policy"] for p in plan["power"]["cpufreq"]] == [4, 8]
+    assert plan["power"]["devfreq"] == [{"node": "17000000.ga10b", "governor": "performance"}]
+    assert plan["slice"]["v1"] is True
+
+
+def test_rk3588_has_no_jetson_tools_and_three_devfreq_nodes():
+    plan = plan_for("rock5b")
+    assert plan["cpu"]["inference_list"] == "4-7"
+    assert plan["power"]["jetson"] is False
+    assert plan["power"]["nvpmodel_managed"] is False and plan["power"]["nvpmodel_mode"] == ""
+    assert plan["power"]["jetson_clocks_managed"] is False
+    assert any("not a Jetson" in note for note in plan["power"]["notes"])
+    assert [p["policy"] for p in plan["power"]["cpufreq"]] == [4, 6]
+    assert [d["node"] for d in plan["power"]["devfreq"]] == ["fb000000.gpu", "fdab0000.npu", "dmc"]
+
+
+def test_no_isolation_leaves_nothing_to_isolate_or_tune():
+    """edge_cpu_isolate: none gives no inference CPUs anywhere (power tuned the profile's clusters before)."""
+    plan = plan_for("orin-nx", {"edge_cpu_isolate": "none", "edge_cgroups_enabled": False})
+    assert plan["cpu"]["inference"] == []
+    assert plan["bootargs"]["args"] == []
+    assert plan["power"]["cpufreq"] == []
+    assert any("no inference CPUs" in note for note in plan["power"]["notes"])
+    assert plan["slice"] == {"enabled": False, "name": "ai-infer.slice"}
+    assert plan["runtime"]["cpulist"] == "" and plan["runtime"]["threads"] == 8
+
+
+def test_every_value_follows_one_cpu_choice():
+    plan = plan_for("orin-nx", {"edge_cpu_isolate": "6-7", "edge_bootargs_nohz_full": False,
+                                "edge_bootargs_cgroup_v2": True, "edge_bootargs_extra": ["quiet"]})
+    assert plan["cpu"]["housekeeping_list"] == "0-5"
+    assert plan["bootargs"]["args"] == ["isolcpus=managed_irq,domain,6-7", "rcu_nocbs=6-7", "irqaffinity=0-5",
+                                        "systemd.unified_cgroup_hierarchy=1", "quiet"]
+    assert plan["slice"]["cpu_quota"] == "200%"
+    assert plan["runtime"]["threads"] == 2
+    assert plan["power"]["cpufreq"] == [{"policy": 4, "governor": "performance"}]
+
+
+def test_explicit_settings_pass_through():
+    plan = plan_for("orin-nx", {"edge_power_nvpmodel_mode": "15W", "edge_power_jetson_clocks": None,
+                                "edge_power_cpufreq": [], "edge_runtime_cpus": "5,6,7",
+                                "edge_runtime_sched_policy": "other"})
+    assert plan["power"]["nvpmodel_mode"] == "15W"
+    assert plan["power"]["jetson_clocks_managed"] is False
+    assert plan["power"]["cpufreq"] == []
+    assert plan["runtime"]["cpulist"] == "5-7" and plan["runtime"]["threads"] == 3
+    assert plan["runtime"]["sched_policy"] == "other"
+
+
+def test_roles_switched_off_are_marked():
+    plan = plan_for("rock5b", {"edge_bootargs_enabled": False, "edge_power_enabled": False})
+    assert plan["bootargs"] == {"enabled": False, "args": []}
+    assert plan["power"] == {"enabled": False}
+    # the CPU split does not depend on the boot arguments role
+    assert plan["cpu"]["inference_list"] == "4-7"
+
+
+@pytest.mark.parametrize("name", BOARDS)
+def test_no_board_no_plan(name):
+    facts, profile = board(name)
+    checked = intent.validate({}, SPECS, facts=facts, profile=profile)
+    with pytest.raises(edge_plan.PlanError):
+        edge_plan.build(checked["intent"], {}, profile, checked["partition"], checked["slice"])
+    with pytest.raises(edge_plan.PlanError):
+        edge_plan.build(checked["intent"], facts, profile, None, checked["slice"])
+
+
+def test_a_bad_intent_is_refused_before_planning():
+    """The planner runs only on a validated intent: the validation names every bad variable at once."""
+    facts, profile = board("orin-nx")
+    checked = intent.validate({"edge_cpu_isolate": "4-9", "edge_power_nvpmodel_mode": "TURBO"}, SPECS,
+                              facts=facts, profile=profile)
+    assert {p["variable"] for p in checked["problems"]} == {"edge_cpu_isolate", "edge_power_nvpmodel_mode"}
+    assert checked["partition"] is None
+
+
+# --------------------------------------------------------------------------
+# The audit part: what each recorded role's desired state is made of.
+
+def audit_plan(name, values=None):
+    facts, profile = board(name)
+    checked = intent.validate(dict(values or {}), SPECS, facts=facts, profile=profile)
+    assert checked["problems"] == [], checked["problems"]
+    return edge_plan.build(checked["intent"], facts, profile, checked["partition"], checked["slice"],
+                           role_options=dict((role, list(options)) for role, options in SPECS.items()))
+
+
+def test_audit_part_names_every_recorded_role_with_its_own_variables():
+    roles = audit_plan("orin-nx")["audit"]["roles"]
+    assert sorted(roles) == ["edge_audit_timer", "edge_bootargs", "edge_cgroups", "edge_cpu", "edge_pcie_qos",
+                             "edge_power", "edge_runtime"]
+    assert roles["edge_cgroups"]["inputs"]["variables"]["edge_cgroups_cpu_weight"] == \
+        SPECS["edge_cgroups"]["edge_cgroups_cpu_weight"]["default"]
+    assert not any(name.startswith("edge_cgroups_") for name in roles["edge_power"]["inputs"]["variables"])
+    assert sorted(roles["edge_cgroups"]["inputs"]["plan"]) == ["cpu", "slice"]
+    assert all(role["enabled"] for role in roles.values())
+
+
+def test_audit_inputs_change_with_the_intent_and_only_where_it_is_used():
+    before = audit_plan("orin-nx")["audit"]["roles"]
+    after = audit_plan("orin-nx", {"edge_cgroups_cpu_weight": 321})["audit"]["roles"]
+    changed = sorted(role for role in before if before[role]["inputs"] != after[role]["inputs"])
+    assert changed == ["edge_cgroups"]
+    assert after["edge_cgroups"]["inputs"]["variables"]["edge_cgroups_cpu_weight"] == 321
+    # The CPU split feeds the plan parts of every role that applies them.
+    moved = audit_plan("orin-nx", {"edge_cpu_isolate": "6-7"})["audit"]["roles"]
+    assert sorted(role for role in before if before[role]["inputs"]["plan"] != moved[role]["inputs"]["plan"]) == [
+        "edge_bootargs", "edge_cgroups", "edge_cpu", "edge_power", "edge_runtime"]
+
+
+def test_audit_part_marks_a_role_switched_off():
+    roles = audit_plan("orin-nx", {"edge_audit_timer_enabled": False})["audit"]["roles"]
+    assert roles["edge_audit_timer"]["enabled"] is False and roles["edge_cpu"]["enabled"] is True
+
+
+def test_audit_inputs_do_not_change_when_an_offline_cluster_comes_online():
+    """AGX Orin r35: cluster 8-11 is offline until the power mode's reboot; the
+    desired state (and so the recorded inputs) is the same before and after."""
+    facts, profile = board("agx-r35")
+    checked = intent.validate({}, SPECS, facts=facts, profile=profile)
+    options = dict((role, list(o)) for role, o in SPECS.items())
+    before = edge_plan.build(checked["intent"], facts, profile, checked["partition"], checked["slice"],
+                             role_options=options)
+    partition = dict(checked["partition"], offline_inference=[])
+    after = edge_plan.build(checked["intent"], facts, profile, partition, checked["slice"], role_options=options)
+    assert before["cpu"]["offline_inference"] != after["cpu"]["offline_inference"]
+    assert before["audit"] == after["audit"]
+
+
+@pytest.mark.controller
+def test_code_digests_follow_the_role_files_and_the_modules(tmp_path):
+    from ansible_collections.edgetune.fleet.plugins.action.edge_plan import code_digests
+    for relative in ("plugins/modules/m.py", "plugins/module_utils/u.py", "roles/edge_cpu/tasks/main.yml",
+                     "roles/edge_power/tasks/main.yml"):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text("v1\n")
+    before = code_digests(["edge_cpu", "edge_power"], str(tmp_path))
+    (tmp_path / "roles/edge_cpu/README.md").write_text("documentation only\n")
+    assert code_digests(["edge_cpu", "edge_power"], str(tmp_path)) == before
+    (tmp_path / "roles/edge_cpu/tasks/main.yml").write_text("v2\n")
+    after = code_digests(["edge_cpu", "edge_power"], str(tmp_path))
+    assert after["edge_cpu"] != before["edge_cpu"] and after["edge_power"] == before["edge_power"]
+    (tmp_path / "plugins/module_utils/u.py").write_text("v2\n")
+    assert code_digests(["edge_power"], str(tmp_path))["edge_power"] != before["edge_power"]

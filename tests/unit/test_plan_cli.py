@@ -1,0 +1,46 @@
+"""`edgetune plan`: the plans read from the preflight's JSON report, printed for people and machines."""
+import json
+
+from test_edge_plan import plan_for
+
+from edgetune import plan as plan_cli
+
+
+def report(results, stats):
+    return {"plays": [{"tasks": [{"task": {"name": name}, "hosts": hosts} for name, hosts in results]}],
+            "stats": stats}
+
+
+def test_plans_and_refusals_are_collected_per_host():
+    good = plan_for("orin-nx")
+    found = plan_cli.collect(report(
+        [("Read the board from the device", {"a": {}, "b": {}, "c": {"unreachable": True, "msg": "gone"}}),
+         (plan_cli.PLAN_TASK, {"a": {"plan": good},
+                               "b": {"failed": True, "msg": "b: 1 bad variable in the intent, refused"}})],
+        {"a": {}, "b": {"failures": 1}, "c": {"unreachable": 1}}))
+    assert found["a"] == {"plan": good}
+    assert found["b"]["error"] == "failed" and "1 bad variable" in found["b"]["message"]
+    assert found["c"]["error"] == "unreachable" and found["c"]["message"].endswith("gone")
+
+
+def test_the_description_shows_each_part():
+    text = plan_cli.describe("rock", plan_for("rock5b"))
+    assert "inference 4-7, housekeeping 0-3" in text
+    assert "isolcpus=managed_irq,domain,4-7 nohz_full=4-7" in text
+    assert "cpufreq policy4 performance, policy6 performance" in text
+    assert "devfreq fb000000.gpu performance, fdab0000.npu performance, dmc performance" in text
+    assert "nvpmodel" not in text.split("note:")[0]
+    assert "4 threads, fifo priority 40" in text
+
+
+def test_exit_code_and_json(monkeypatch, capsys):
+    good = plan_for("agx-r35")
+    monkeypatch.setattr(plan_cli, "run_json_playbook", lambda *a, **k: report(
+        [(plan_cli.PLAN_TASK, {"x": {"plan": good}})], {"x": {}}))
+    args = type("Args", (), {"inventory": None, "limit": None, "extra_vars": None, "json": True})()
+    assert plan_cli.cmd_plan(args) == 0
+    assert json.loads(capsys.readouterr().out)["x"]["plan"]["cpu"]["inference_list"] == "4-11"
+    monkeypatch.setattr(plan_cli, "run_json_playbook", lambda *a, **k: report([], {"x": {"failures": 1}}))
+    args.json = False
+    assert plan_cli.cmd_plan(args) == 1
+    assert "x: NOT PLANNED (failed)" in capsys.readouterr().out

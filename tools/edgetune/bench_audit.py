@@ -1,0 +1,129 @@
+"""The audit's cost, side by side: today's audit (playbooks/audit.yml: facts, the plan, one edge_audit
+call per device, evaluating the records of the last apply) against the old one
+(playbooks/audit_roles.yml: every role run in audit mode), on the same converged devices in one run.
+
+Per fleet size: module executions per device (tasks that ran a module on the device, each loop item
+counted), controller CPU seconds per device (ansible-playbook and its workers), and wall time. A
+fleet larger than the twins that run is made of inventory aliases of them (the docker connection's
+``ansible_host``): the controller's work per device is the same; the devices' is shared.
+Both paths must find the same settings in the same states (the new one adds one "ROLE applied
+state" result per role). Not a test: the numbers on this 2-core machine vary with its load.
+"""
+import json
+import resource
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from edgetune import ansible_setup
+
+PLAYBOOKS = (("audit", "facts + plan + one edge_audit"), ("audit_roles", "roles in audit mode"))
+# Actions that run on the controller only (no module is sent to the device).
+CONTROLLER_ACTIONS = frozenset((
+    "set_fact", "debug", "assert", "fail", "meta", "include_tasks", "import_tasks", "include_role",
+    "import_role", "include_vars", "add_host", "group_by", "validate_argument_spec", "edge_plan", "edge_validate"))
+
+
+def short_action(action):
+    return (action or "").rsplit(".", 1)[-1]
+
+
+def executions(report):
+    """{host: module executions} from ansible.posix.json's report (skipped tasks and items not counted)."""
+    counts = {}
+    for play in report.get("plays") or []:
+        for task in play.get("tasks") or []:
+            for host, res in (task.get("hosts") or {}).items():
+                counts.setdefault(host, 0)
+                if short_action(res.get("action")) in CONTROLLER_ACTIONS or res.get("skipped"):
+                    continue
+                items = res.get("results")
+                if isinstance(items, list) and items and all(isinstance(i, dict) and "ansible_loop_var" in i
+                                                             for i in items):
+                    counts[host] += sum(1 for item in items if not item.get("skipped"))
+                else:
+                    counts[host] += 1
+    return counts
+
+
+def audit_results(report):
+    """{host: {setting: state}} of the edge_audit task, without the records' own "applied state" results."""
+    found = {}
+    for play in report.get("plays") or []:
+        for task in play.get("tasks") or []:
+            for host, res in (task.get("hosts") or {}).items():
+                if short_action(res.get("action")) == "edge_audit" and "results" in res:
+                    found[host] = dict((r["setting"], r["state"]) for r in res["results"]
+                                       if not r["setting"].endswith(" applied state"))
+    return found
+
+
+def alias_inventory(twins, size, directory, source):
+    """An inventory directory of ``size`` hosts cycling over the running twins, with the variables
+    of the twins' own inventory ``source`` (its group_vars; host_vars copied to every alias)."""
+    path = Path(directory) / ("fleet-%d" % size)
+    path.mkdir()
+    if (Path(source) / "group_vars").is_dir():
+        shutil.copytree(str(Path(source) / "group_vars"), str(path / "group_vars"))
+    (path / "host_vars").mkdir()
+    hosts = {}
+    for index in range(size):
+        twin = twins[index % len(twins)]
+        alias = "%s-as-%02d" % (twin, index)
+        hosts[alias] = {"ansible_host": twin}
+        for own in sorted((Path(source) / "host_vars").glob(twin + ".*")):
+            shutil.copy(str(own), str(path / "host_vars" / (alias + own.suffix)))
+    inventory = {"all": {"vars": {"ansible_connection": "community.docker.docker",
+                                  "ansible_python_interpreter": "/usr/bin/python3"},
+                         "hosts": hosts}}
+    (path / "hosts.yml").write_text(json.dumps(inventory, indent=2))
+    return path
+
+
+def children_cpu():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(playbook, inventory, extra_vars=()):
+    """One run: (report, wall seconds, controller CPU seconds)."""
+    cpu, started = children_cpu(), time.perf_counter()
+    report = ansible_setup.run_json_playbook(playbook, inventories=[str(inventory)], extra_vars=extra_vars)
+    return report, time.perf_counter() - started, children_cpu() - cpu
+
+
+def run(twins, sizes, source, extra_vars=(), say=print):
+    """Rows of {size, playbook, executions, cpu_per_device, wall} and the findings' agreement per size."""
+    rows, agreement = [], {}
+    with tempfile.TemporaryDirectory(prefix="edgetune-bench-audit-") as directory:
+        for size in sizes:
+            inventory = alias_inventory(twins, size, directory, source)
+            found = {}
+            for playbook, _ in PLAYBOOKS:
+                say("bench audit: %s on %d device(s)" % (playbook, size))
+                report, wall, cpu = measure(playbook, inventory, extra_vars)
+                counts = executions(report)
+                found[playbook] = audit_results(report)
+                rows.append({"size": size, "playbook": playbook, "wall": wall, "cpu_per_device": cpu / size,
+                             "executions": max(counts.values()) if counts else 0,
+                             "audited": len(found[playbook])})
+            agreement[size] = found["audit"] == found["audit_roles"] and len(found["audit"]) == size
+    return rows, agreement
+
+
+def table(rows, agreement):
+    described = dict(PLAYBOOKS)
+    lines = ["%-8s %-34s %10s %14s %9s %8s" % ("devices", "audit", "executions", "CPU-s/device", "wall s",
+                                                "audited")]
+    for row in rows:
+        lines.append("%-8d %-34s %10d %14.2f %9.1f %8d" % (
+            row["size"], "%s (%s)" % (row["playbook"], described[row["playbook"]]), row["executions"],
+            row["cpu_per_device"], row["wall"], row["audited"]))
+    by = dict(((r["size"], r["playbook"]), r) for r in rows)
+    for size in sorted(agreement):
+        new, old = by[(size, "audit")], by[(size, "audit_roles")]
+        lines.append("%d device(s): same findings %s; old/new wall %.1fx, CPU %.1fx, executions %d -> %d" % (
+            size, "yes" if agreement[size] else "NO", old["wall"] / new["wall"],
+            old["cpu_per_device"] / max(new["cpu_per_device"], 1e-9), old["executions"], new["executions"]))
+    return "\n".join(lines)

@@ -1,0 +1,230 @@
+"""`edgetune verify`: run the device checks molecule runs on the twins
+(molecule/shared/tests, marker ``device``) against real devices, through the
+Ansible inventory (testinfra's ansible backend), with a JUnit report.
+
+Expected values are not the twins' hand-written ones: for each device they
+come from its plan, the object the roles apply. Step 1 runs
+tools/edgetune/verify_plan.yml (playbooks/preflight.yml: edge_facts reads the
+board, the action edge_plan validates the intent and plans the device;
+nothing on the device changes) and takes each check's expectations from the
+plan, and the few role settings outside it (file paths, the probe, ports)
+from the intent (role defaults, then the inventory). Step 2 runs pytest with
+the checks that only read a device. So verify proves that a
+device runs what the roles intend for it; whether that intent is right for a
+board is what molecule's hand-written expectations prove on the twins.
+
+Exit codes: 0 every check passed, 1 a check failed or a device could not be
+planned or reached, 2 usage or environment error.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from edgetune import REPO
+from edgetune.errors import UsageError
+
+PLAN_TASK = "Desired state for edgetune verify"
+TESTS = Path("molecule") / "shared" / "tests"
+
+
+def tool(name):
+    """A console script of this environment (the venv's, also when it is not activated)."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else name
+
+
+def ansible_env(project):
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return dict(os.environ, ANSIBLE_CONFIG=str(project / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+                ANSIBLE_FORCE_COLOR="0", PATH=path)
+
+
+def default_inventory(project):
+    """The inventory ansible.cfg names (inventory/twin in the checkout)."""
+    import configparser
+    config = configparser.ConfigParser()
+    config.read(str(project / "ansible.cfg"))
+    value = config.get("defaults", "inventory", fallback="inventory/twin").split(",")[0].strip()
+    return str((project / value).resolve())
+
+
+def run_plan(project, inventories, limit, extra_vars=()):
+    """{host: plan dict or {"error": message}}."""
+    argv = [tool("ansible-playbook"), str(Path(__file__).resolve().parent / "verify_plan.yml"),
+            "-e", "edgetune_project=%s" % project]
+    for inventory in inventories:
+        argv += ["-i", inventory]
+    argv += ["-l", limit]
+    for extra in extra_vars:
+        argv += ["-e", extra]
+    env = dict(ansible_env(project), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", EDGETUNE_NO_SUMMARY="1")
+    try:
+        done = subprocess.run(argv, cwd=str(project), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, check=False)
+    except FileNotFoundError:
+        raise UsageError("ansible-playbook not found; run `make venv` and use .venv/bin/edgetune") from None
+    try:
+        report = json.loads(done.stdout)
+    except ValueError:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise UsageError("the plan playbook did not run: %s" % " | ".join(tail)) from None
+    plans = {}
+    for host, stats in report.get("stats", {}).items():
+        if stats.get("unreachable") or stats.get("failures"):
+            plans[host] = {"error": "unreachable" if stats.get("unreachable") else "failed"}
+    for play in report.get("plays", []):
+        for task in play.get("tasks", []):
+            for host, result in task.get("hosts", {}).items():
+                if result.get("unreachable") or result.get("failed"):
+                    message = " ".join(str(result.get("msg", "")).split())
+                    plans[host] = {"error": "%s: %s" % (task["task"]["name"], message[:500])}
+                elif task["task"]["name"] == PLAN_TASK and host not in plans:
+                    plans[host] = result.get("msg")
+    return plans
+
+
+# ---------------------------------------------------------------- expectations
+def role_defaults(project):
+    merged = {}
+    for path in sorted((project / "roles").glob("*/defaults/main.yml")):
+        merged.update(yaml.safe_load(path.read_text()) or {})
+    return merged
+
+
+def truthy(value):
+    return str(value).strip().lower() in ("true", "yes", "1", "on")
+
+
+def policies_of(settings, clusters):
+    """The cpufreq policy numbers a plan's cpufreq settings address (by policy, or by a CPU of it)."""
+    found = set()
+    for item in settings:
+        if "policy" in item:
+            found.add(int(item["policy"]))
+        else:
+            cpus = set(item.get("cpus") if isinstance(item.get("cpus"), list) else [item.get("cpus")])
+            found.update(c["policy"] for c in clusters if cpus & set(c["cpus"]))
+    return sorted(found)
+
+
+def expectations(report, defaults):
+    """The shared checks' expectations for one device (the shape of molecule's EXPECTED, SETS, POWER).
+
+    The values are the device's plan (action edge_plan, the same object the
+    roles apply); the role settings that are not part of it (file paths, the
+    probe, persistence, ports) come from the intent, role defaults first.
+    """
+    intent = dict(defaults)
+    intent.update(report.get("intent") or {})
+    facts, profile, plan = report["facts"], report["profile"] or {}, report["plan"]
+    cpu, boot, power, piece, runtime = (plan[k] for k in ("cpu", "bootargs", "power", "slice", "runtime"))
+    flags = intent.get("edge_bootargs_isolcpus_flags") or []
+    # The kernel lists isolcpus CPUs in /sys/devices/system/cpu/isolated for the domain flag (or none).
+    isolated = cpu["inference_list"] if ("domain" in flags or not {"nohz", "managed_irq"} & set(flags)) else ""
+    quota = piece.get("cpu_quota") or ""
+    interfaces = [i["name"] if isinstance(i, dict) else i for i in intent.get("edge_netqos_interfaces") or []]
+    clusters = facts["cpu"]["clusters"]
+    return {
+        "bootloader": boot.get("path") or facts["bootloader"]["path"],
+        "bootloader_name": boot.get("bootloader") or facts["bootloader"]["name"],
+        "bootargs": boot["args"] if boot["enabled"] else None,
+        "isolated": isolated if boot["enabled"] else None,
+        "clusters": ["%d-%d" % (c["cpus"][0], c["cpus"][-1]) for c in clusters],
+        "model": facts.get("model"), "profile": profile.get("title"),
+        "sets": {"inference": cpu["inference"], "housekeeping": cpu["housekeeping"]},
+        "sysctls": {item["name"].replace(".", "/"): str(item["value"]) for item in cpu["sysctl"]
+                    if not item.get("only_if_present")} if truthy(intent.get("edge_cpu_enabled", True)) else None,
+        "sysctl_file": intent.get("edge_cpu_sysctl_file"),
+        "slice": None if not piece["enabled"] else {
+            "name": piece["name"], "quota_cpus": float(quota[:-1]) / 100 if quota.endswith("%") else None,
+            "weight": piece["cpu_weight"],
+            "memory_max": {"bytes": piece["memory_max_bytes"]} if piece["memory_max_bytes"] is not None else None,
+            "confine_system": truthy(intent.get("edge_cgroups_confine_system", True)),
+            "probe": truthy(intent.get("edge_cgroups_probe", True)),
+            "probe_priority": int(intent.get("edge_cgroups_probe_priority", 10))},
+        "power": None if not power["enabled"] else {
+            "mode": power["nvpmodel_mode"] if power["nvpmodel_managed"] else None,
+            "jetson": power["jetson"], "pinned": bool(power["jetson_clocks_managed"] and power["jetson_clocks"]),
+            "inference": policies_of([i for i in power["cpufreq"] if i.get("governor") == "performance"], clusters),
+            "housekeeping": [], "housekeeping_governor": None,
+            "devfreq": sorted(i["node"] for i in power["devfreq"] if i.get("governor") == "performance"),
+            "cpu_top": None, "persist": truthy(intent.get("edge_power_persist", True))},
+        "netqos_interfaces": interfaces,
+        "runtime": None if not truthy(intent.get("edge_runtime_enabled", True)) else {
+            "port": int(intent.get("edge_runtime_port", 8470)),
+            "policy": runtime["sched_policy"], "priority": runtime["sched_priority"],
+            "require_fifo": runtime["require_fifo"],
+            "http_threads": int(intent.get("edge_runtime_http_threads", 4)),
+            "infer_threads": int(intent.get("edge_runtime_infer_threads", 1)),
+            "cpus": runtime["cpulist"]},
+    }
+
+
+# ---------------------------------------------------------------- the command
+def cmd_verify(args):
+    # The checkout this package belongs to: the checks are its molecule/shared/tests.
+    project = REPO
+    inventories = args.inventory or [default_inventory(project)]
+    if len(inventories) > 1:
+        raise UsageError("give one inventory (-i) to verify; testinfra reads one")
+    inventory = str(Path(inventories[0]).resolve())
+    started = time.time()
+    say("planning %s: each device's plan from the inventory and the boards' facts (read-only)" % args.limit)
+    plans = run_plan(project, [inventory], args.limit, args.extra_vars or ())
+    if not plans:
+        raise UsageError("no hosts matched %s in %s" % (args.limit, inventory))
+    defaults = role_defaults(project)
+    derived = {}
+    for host, plan in sorted(plans.items()):
+        if plan is None or "error" in plan:
+            derived[host] = {"error": (plan or {}).get("error", "no plan")}
+            say("%s: cannot be verified: %s" % (host, derived[host]["error"]))
+        else:
+            derived[host] = {"expected": expectations(plan, defaults)}
+    planned = time.time() - started
+    with tempfile.TemporaryDirectory(prefix="edgetune-verify-") as tmp:
+        plan_file = Path(tmp) / "plan.json"
+        plan_file.write_text(json.dumps(derived, indent=1))
+        if args.keep_plan:
+            Path(args.keep_plan).write_text(json.dumps(derived, indent=1))
+        argv = [sys.executable, "-m", "pytest", str(TESTS), "-m", "device", "-p", "no:cacheprovider",
+                "--hosts=ansible://%s" % args.limit, "--ansible-inventory=%s" % inventory, "-rfEs",
+                "-o", "junit_family=xunit2"]
+        if args.junit:
+            argv += ["--junitxml", str(Path(args.junit).resolve())]
+        if args.keyword:
+            argv += ["-k", args.keyword]
+        argv += ["-q"] if not args.verbose else ["-v"]
+        # Not molecule's: verify may run inside a molecule run (the VM scenario's test of it).
+        env = {k: v for k, v in ansible_env(project).items() if not k.startswith("MOLECULE_")}
+        env.update(EDGETUNE_VERIFY_PLAN=str(plan_file), EDGETUNE_VERIFY_INVENTORY=inventory)
+        done = subprocess.run(argv, cwd=str(project), env=env, check=False)
+    say("verify of %s took %.0f s (plan %.0f s)" % (args.limit, time.time() - started, planned))
+    if done.returncode in (0, 5) and any("error" in d for d in derived.values()):
+        return 1
+    if done.returncode == 5:
+        raise UsageError("no device checks ran for %s" % args.limit)
+    return 0 if done.returncode == 0 else 1 if done.returncode == 1 else 2
+
+
+def say(message):
+    print("edgetune: " + message, file=sys.stderr, flush=True)
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("verify", help="run the device checks of the twins' tests against devices "
+                                             "(expected values from the inventory's intent and the boards' facts)")
+    p.add_argument("-l", "--limit", required=True, help="the group or host to verify, e.g. orin-fleet")
+    p.add_argument("-i", "--inventory", action="append", help="the inventory (default: ansible.cfg's)")
+    p.add_argument("-e", "--extra-vars", action="append", help="extra variables for the plan, as for ansible-playbook")
+    p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
+    p.add_argument("-k", dest="keyword", help="only the checks matching this pytest -k expression")
+    p.add_argument("--keep-plan", metavar="FILE", help="also write the derived expectations (JSON) here")
+    p.add_argument("-v", "--verbose", action="store_true", help="one line per check")
+    p.set_defaults(func=cmd_verify)
