@@ -25,6 +25,7 @@ import hashlib
 import json
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import compute_threads
 
 PLAN_VERSION = 1
 
@@ -235,8 +236,7 @@ def runtime_part(intent, facts, cpu):
     return {
         "cpus": cpus,
         "cpulist": cpulist,
-        # One inference thread per CPU it is pinned to; unpinned, per online CPU.
-        "threads": len(cpus) or len(online) or 1,
+        "threads": compute_threads(len(cpus), len(online)),
         "slice": intent.get("edge_runtime_slice", "ai-infer.slice"),
         "sched_policy": intent.get("edge_runtime_sched_policy", "fifo"),
         "sched_priority": intent.get("edge_runtime_sched_priority", 40),

@@ -108,10 +108,17 @@ kernel_cpus:
   type: str
   sample: 0-7
 kernel_cpu_count:
-  description: How many CPUs C(kernel_cpus) lists (an unpinned runtime's compute threads).
+  description: How many CPUs C(kernel_cpus) lists.
   returned: always
   type: int
   sample: 8
+unpinned_threads:
+  description:
+    - The compute threads of a runtime that runs unpinned (its CPU affinity refused): half of
+      C(kernel_cpu_count), at least one, as the CPUs are shared with other work.
+  returned: always
+  type: int
+  sample: 4
 """
 
 import re  # noqa: E402
@@ -119,7 +126,7 @@ import re  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import (  # noqa: E402
-    explain_rt_refusal, port_holders, rt_budget_chain)
+    compute_threads, explain_rt_refusal, port_holders, rt_budget_chain)
 
 SYSTEMD_EXIT = {214: "SETSCHEDULER", 215: "CPUAFFINITY"}
 
@@ -255,7 +262,8 @@ def main():
                                              ", unit " + h["unit"] if h["unit"] else "") for h in others)
     result = {"changed": False, "port": {"free": not others, "ours": bool(ours), "holders": holders,
                                          "held_by": described},
-              "kernel_cpus": format_cpulist(online), "kernel_cpu_count": len(online), "fifo": None,
+              "kernel_cpus": format_cpulist(online), "kernel_cpu_count": len(online),
+              "unpinned_threads": compute_threads(0, len(online)), "fifo": None,
               "affinity": None}
     sched = params["sched"]
     if sched:

@@ -20,6 +20,7 @@ import pytest
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_latency import percentile, run_load, summarize
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import (
+    compute_threads,
     explain_rt_refusal,
     parse_stat,
     port_holders,
@@ -235,6 +236,12 @@ def test_probe_names_the_port_holder(capsys):
     assert result["port"]["free"] is False and "(pid %d" % os.getpid() in result["port"]["held_by"]
     assert result["fifo"] is None and result["affinity"] is None
     assert result["kernel_cpus"]
+    assert result["unpinned_threads"] == max(1, result["kernel_cpu_count"] // 2)
+
+
+@pytest.mark.parametrize("pinned, online, threads", [(4, 8, 4), (1, 2, 1), (0, 8, 4), (0, 2, 1), (0, 1, 1), (0, 0, 1)])
+def test_compute_threads_one_per_owned_cpu_half_when_shared(pinned, online, threads):
+    assert compute_threads(pinned, online) == threads
 
 
 def test_probe_stops_again_the_slices_it_started():
