@@ -114,8 +114,8 @@ kernel_cpu_count:
   sample: 8
 unpinned_threads:
   description:
-    - The compute threads of a runtime that runs unpinned (its CPU affinity refused): half of
-      C(kernel_cpu_count), at least one, as the CPUs are shared with other work.
+    - The compute threads of a runtime that runs unpinned (its CPU affinity refused), half of
+      C(kernel_cpu_count) and at least one, as the CPUs are shared with other work.
   returned: always
   type: int
   sample: 4

@@ -97,6 +97,29 @@ def test_drift_by_hand_is_classified_and_one_site_run_fixes_it(host, expected):
         assert host.file(path).content_string == content
 
 
+def test_slice_value_changed_in_the_live_cgroup_is_drift_and_site_puts_it_back(host):
+    """The slice's CPU weight written by hand into its cgroup (the unit file untouched): drift,
+    reported by check mode, and the ordinary run has systemd write the unit's value again."""
+    name = host.backend.host
+    record = json.loads(host.file("/etc/edgetune/applied/edge_cgroups.json").content_string)
+    weight = next(c for c in record["checks"] if c["setting"] == "ai-infer.slice CPUWeight")
+    path, desired = weight["path"], weight["desired"]
+    cgroup_only = ("--tags", "edge_facts,edge_cgroups")
+    host.run_expect([0], "echo 2 > %s" % path)
+    try:
+        found = results(audit(host)[1], name)["ai-infer.slice CPUWeight"]
+        assert found["state"] == "drifted" and found["running"] == "2", found
+        check = run_site(host, "--check", *cgroup_only)
+        assert re.search(r"Have systemd write the slice's cgroup values again .*\n(changed|ok): \[%s\]" % name,
+                         check.stdout) and "changed=1 " in check.stdout, check.stdout[-3000:]
+        assert host.file(path).content_string.strip() == "2"  # check mode wrote nothing
+    finally:
+        result = run_site(host, *cgroup_only)
+        assert "failed=0" in result.stdout, result.stdout[-3000:]
+    assert host.file(path).content_string.strip() == desired
+    assert results(audit(host)[1], name)["ai-infer.slice CPUWeight"]["state"] == "ok"
+
+
 def test_boot_argument_removed_from_boot_file_is_drift(host, expected):
     path = expected["bootloader"]
     original = host.file(path).content_string
