@@ -45,6 +45,11 @@ Check kinds:
              rewritten is drift.  A link without an extended VC is
              unsupported, with the reason.  Keys: device or device_class,
              tcs, vc_id.
+``jetson_clocks`` whether the Jetson's clocks are pinned (role edge_power),
+             running: ``jetson_clocks --show`` parsed by the code the
+             edge_jetson_clocks module pins with
+             (plugins/module_utils/edge_clocks.py).  Keys: desired
+             (``pinned`` or ``restored``), program (default: found on PATH).
 ``unsupported``  the role found the feature missing; Keys: reason.
 
 The checks come from the records the last apply left on the device (one
@@ -66,6 +71,8 @@ import shutil
 import subprocess
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_bootfile import plan_files, plan_managed
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_clocks import (
+    find_program, not_pinned, parse_show)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import (
     pending_changes, split_cmdline, token_key)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import (
@@ -267,8 +274,28 @@ def check_pcie_vc(check, root):
         None, running
 
 
+def check_jetson_clocks(check, root):
+    if os.path.abspath(root) != "/":
+        raise ValueError("the clocks are read with jetson_clocks, which runs on the device root only")
+    program = check.get("program") or find_program()
+    if program is None:
+        raise ValueError("jetson_clocks is not installed (no jetson_clocks on PATH, /usr/bin or /usr/sbin)")
+    done = subprocess.run([program, "--show"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, check=False)
+    if done.returncode != 0:
+        output = (done.stderr or done.stdout).strip()[-200:]
+        raise ValueError("%s --show failed (rc %d): %s" % (program, done.returncode, output))
+    unpinned = not_pinned(parse_show(done.stdout))
+    running = "restored" if unpinned else "pinned"
+    if running == check["desired"]:
+        return "ok", "", None, running
+    if unpinned:
+        return "drifted", "clocks not pinned: %s" % "; ".join(unpinned), None, running
+    return "drifted", "clocks pinned by jetson_clocks, desired as the power mode sets them", None, running
+
+
 CHECKERS = {"cmdline": check_cmdline, "value": check_value, "file": check_file, "irq_affinity": check_irq_affinity,
-            "nvpmodel": check_nvpmodel, "pcie_vc": check_pcie_vc}
+            "nvpmodel": check_nvpmodel, "pcie_vc": check_pcie_vc, "jetson_clocks": check_jetson_clocks}
 
 
 def evaluate(check, root="/"):

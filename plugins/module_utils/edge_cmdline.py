@@ -12,8 +12,8 @@ arguments the next boot will get from it.  ``new_text == text`` means no
 change.  A file we cannot edit safely raises ValueError with a message meant
 for the operator; the caller then leaves the file alone.
 
-Sources for the file formats: /work/shared/HARDWARE.md sections 1 and 2
-(L4TLauncher.c for extlinux.conf, armbian/build boot-rk35xx.cmd, u-boot-menu,
+Sources for the file formats
+(NVIDIA edk2-nvidia L4TLauncher.c for extlinux.conf, armbian/build boot-rk35xx.cmd, u-boot-menu,
 grub-mkconfig).
 """
 
@@ -221,7 +221,7 @@ def _newline_of(lines):
 
 
 # ---------------------------------------------------------------------------
-# extlinux.conf as read by NVIDIA L4TLauncher (HARDWARE.md section 1.2)
+# extlinux.conf as read by NVIDIA L4TLauncher (edk2-nvidia L4TLauncher.c: CleanExtLinuxLine, ProcessExtLinuxConfig)
 # ---------------------------------------------------------------------------
 
 GLOBAL_KEYWORDS = ("TIMEOUT", "DEFAULT", "MENU TITLE")
@@ -458,7 +458,7 @@ def extlinux_fallback_label(text):
 
 
 # ---------------------------------------------------------------------------
-# Armbian /boot/armbianEnv.txt (HARDWARE.md section 2.1)
+# Armbian /boot/armbianEnv.txt (armbian/build config/bootscripts/boot-rk35xx.cmd)
 # ---------------------------------------------------------------------------
 
 # Defaults set by boot-rk35xx.cmd before it imports armbianEnv.txt.

@@ -15,7 +15,7 @@ NVIDIA's files contain one header written ``<PARAM TYPE=CLOCK NAME=EMC >``
 comments and a missing final newline are tolerated.  A file without any
 POWER_MODEL, or without PM_CONFIG, is refused: nvpmodel itself requires both.
 
-What ``nvpmodel`` prints (see HARDWARE.md section 4.1)::
+What ``nvpmodel`` prints (L4T's nvpmodel; rbonghi/jetson_stats parses the same lines)::
 
     nvpmodel -q            NVPM WARN: fan mode is not set!     (optional warnings)
                            NV Power Mode: MODE_30W

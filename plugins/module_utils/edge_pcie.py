@@ -15,7 +15,7 @@ per VC resource n (n = 0 .. Extended VC Count) 12 bytes at +0x10 + 12n:
 Resource Capability, Resource Control (TC/VC map [7:0], VC ID [26:24], Enable
 bit 31) and Resource Status (+0x0A, 16 bit; VC Negotiation Pending bit 1).
 
-Planning follows the procedure of HARDWARE.md section 7.3: a 32-bit
+Planning follows how Linux (drivers/pci/vc.c) and setpci write these registers: a 32-bit
 read-modify-write of each Resource Control register (value and mask, as setpci's
 ``value:mask``), TC0 always on VC0, a TC on one VC only, the same VC ID on both
 ends of the link.

@@ -123,8 +123,6 @@ power_mode:
 
 # Ansible modules keep their imports after the documentation strings.
 import os  # noqa: E402
-import re  # noqa: E402
-import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
@@ -135,18 +133,12 @@ except ImportError:
     if "--boot-pin" not in sys.argv:
         raise
     AnsibleModule = None
+# At boot the helper is installed beside this file in the collection's layout, and the script's
+# own directory is first on sys.path.
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_clocks import (  # noqa: E402
+    find_program, not_pinned, parse_show, summary)
 
 DEFAULT_STORE_FILE = "/var/lib/edgetune/jetson_clocks.conf"
-
-# "cpu4:  Online=1 Governor=schedutil MinFreq=729600 MaxFreq=1728000 CurrentFreq=1728000 IdleStates: ..."
-# r35 and r36.4.3 print Online=; later r36 releases drop it (HARDWARE.md 3.1). Offline CPUs may
-# show empty values, so every value is optional here.
-_CPU_RE = re.compile(r"^cpu(\d+):\s+(?:Online=(\d)\s+)?Governor=(\S*)\s+MinFreq=(\S*)\s+MaxFreq=(\S*)"
-                     r"\s+CurrentFreq=(\S*)")
-_ONLINE_RE = re.compile(r"^Online CPUs:\s*([0-9,\-]*)")
-_GPU_RE = re.compile(r"^GPU MinFreq=(\S*)\s+MaxFreq=(\S*)\s+CurrentFreq=(\S*)")
-_EMC_RE = re.compile(r"^EMC MinFreq=(\S*)\s+MaxFreq=(\S*)\s+CurrentFreq=(\S*)(?:\s+FreqOverride=(\d+))?")
-_MODE_RE = re.compile(r"^NV Power Mode:\s*(\S+)")
 
 
 class ClocksError(Exception):
@@ -155,106 +147,6 @@ class ClocksError(Exception):
     def __init__(self, msg, **details):
         super().__init__(msg)
         self.details = details
-
-
-def _int(text):
-    return int(text) if text and text.isdigit() else None
-
-
-def _cpus(text):
-    cpus = set()
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        first, _sep, last = part.partition("-")
-        cpus.update(range(int(first), int(last or first) + 1))
-    return cpus
-
-
-def parse_show(text):
-    """``jetson_clocks --show`` -> {cpus: {n: {...}}, gpu, emc, power_mode}.
-
-    ValueError when no CPU line is found (not jetson_clocks output).
-    """
-    show = {"cpus": {}, "gpu": None, "emc": None, "power_mode": None}
-    online_header = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        match = _CPU_RE.match(line)
-        if match:
-            number, online, governor, low, high, cur = match.groups()
-            show["cpus"][int(number)] = {
-                "online": None if online is None else online == "1", "governor": governor,
-                "min": _int(low), "max": _int(high), "cur": _int(cur)}
-            continue
-        match = _ONLINE_RE.match(line)
-        if match:
-            online_header = _cpus(match.group(1))
-            continue
-        match = _GPU_RE.match(line)
-        if match:
-            show["gpu"] = {"min": _int(match.group(1)), "max": _int(match.group(2)), "cur": _int(match.group(3))}
-            continue
-        match = _EMC_RE.match(line)
-        if match:
-            override = match.group(4)
-            show["emc"] = {"min": _int(match.group(1)), "max": _int(match.group(2)), "cur": _int(match.group(3)),
-                           "override": None if override is None else int(override)}
-            continue
-        match = _MODE_RE.match(line)
-        if match:
-            show["power_mode"] = match.group(1)
-    if not show["cpus"]:
-        raise ValueError("no 'cpuN: ... MinFreq=... MaxFreq=...' line in the output: %r" % text.strip()[:300])
-    for number, cpu in show["cpus"].items():
-        if cpu["online"] is None:
-            # Newer releases: the header line tells; without it every listed CPU counts.
-            cpu["online"] = online_header is None or number in online_header
-    return show
-
-
-def not_pinned(show):
-    """The clocks that are not pinned, one line each; empty when everything is pinned."""
-    found = []
-    for number in sorted(show["cpus"]):
-        cpu = show["cpus"][number]
-        if cpu["online"] and (cpu["min"] is None or cpu["min"] != cpu["max"]):
-            found.append("cpu%d: MinFreq=%s MaxFreq=%s" % (number, cpu["min"], cpu["max"]))
-    gpu = show["gpu"]
-    if gpu is not None and (gpu["min"] is None or gpu["min"] != gpu["max"]):
-        found.append("GPU MinFreq=%s MaxFreq=%s" % (gpu["min"], gpu["max"]))
-    emc = show["emc"]
-    if emc is not None and emc["override"] is not None and emc["override"] != 1:
-        found.append("EMC FreqOverride=%d" % emc["override"])
-    return found
-
-
-def summary(show, pinned_prediction=False):
-    """Diff text: one line per online CPU, the GPU and the EMC.
-
-    With ``pinned_prediction``, what ``jetson_clocks`` leaves: every minimum at its maximum and
-    the EMC locked.
-    """
-    lines = []
-    for number in sorted(show["cpus"]):
-        cpu = show["cpus"][number]
-        if cpu["online"]:
-            low = cpu["max"] if pinned_prediction else cpu["min"]
-            lines.append("cpu%d: MinFreq=%s MaxFreq=%s\n" % (number, low, cpu["max"]))
-    gpu = show["gpu"]
-    if gpu is not None:
-        low = gpu["max"] if pinned_prediction else gpu["min"]
-        lines.append("GPU: MinFreq=%s MaxFreq=%s\n" % (low, gpu["max"]))
-    emc = show["emc"]
-    if emc is not None:
-        if emc["override"] is not None:
-            override = 1 if pinned_prediction else emc["override"]
-            lines.append("EMC: FreqOverride=%d\n" % override)
-        else:
-            current = emc["max"] if pinned_prediction else emc["cur"]
-            lines.append("EMC: CurrentFreq=%s MaxFreq=%s\n" % (current, emc["max"]))
-    return "".join(lines)
 
 
 def _run(run_command, argv):
@@ -383,16 +275,11 @@ def _subprocess_run(argv):
     return done.returncode, done.stdout, done.stderr
 
 
-def _which(name):
-    return shutil.which(name) or next(
-        (os.path.join(d, name) for d in ("/usr/bin", "/usr/sbin") if os.path.isfile(os.path.join(d, name))), None)
-
-
 def boot_pin(store_file, program=None, out=sys.stdout, err=sys.stderr, run_command=_subprocess_run):
     """Store (when not pinned) and pin; one line on ``out``, errors on ``err``. Returns 0/1."""
     params = {"state": "pinned", "store_file": store_file, "jetson_clocks_path": program}
     try:
-        result = run(params, False, False, run_command, _which)
+        result = run(params, False, False, run_command, find_program)
     except ClocksError as exc:
         err.write("edge_jetson_clocks: error: %s\n" % exc)
         return 1

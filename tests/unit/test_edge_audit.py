@@ -458,3 +458,52 @@ def test_a_new_edgetune_is_a_change_of_the_inputs(tmp_path):
                                                                       "inputs": dict(INPUTS, code="c0de2")}})[0]
     applied = by_setting(results)["edge_bootargs applied state"]
     assert applied["state"] == "drifted" and "edgetune's code for this role" in applied["detail"]
+
+
+# --------------------------------------------------------------------------
+# jetson_clocks: pinned or not, read with `jetson_clocks --show` on the device
+def show_program(tmp_path, pinned, emc_override=True):
+    """A jetson_clocks that prints what r35/r36.4.3 print for an Orin NX (two CPUs, shortened)."""
+    low = "1984000" if pinned else "729600"
+    lines = ["SOC family:tegra234  Machine:NVIDIA Orin NX Developer Kit", "Online CPUs: 0-1"]
+    lines += ["cpu%d: Online=1 Governor=schedutil MinFreq=%s MaxFreq=1984000 CurrentFreq=1984000 IdleStates: "
+              "WFI=1 c7=1" % (n, low) for n in (0, 1)]
+    lines.append("GPU MinFreq=%s MaxFreq=918000000 CurrentFreq=918000000" % ("918000000" if pinned else "306000000"))
+    lines.append("EMC MinFreq=204000000 MaxFreq=3199000000 CurrentFreq=3199000000"
+                 + (" FreqOverride=%d" % int(pinned) if emc_override else ""))
+    lines.append("NV Power Mode: MAXN")
+    program = tmp_path / "jetson_clocks"
+    program.write_text("#!/bin/sh\n[ \"$1\" = --show ] || exit 2\ncat <<'END'\n%s\nEND\n" % "\n".join(lines))
+    program.chmod(0o755)
+    return str(program)
+
+
+CLOCKS_CHECK = {"setting": "jetson_clocks", "role": "edge_power", "kind": "jetson_clocks", "desired": "pinned"}
+
+
+def test_pinned_clocks_are_ok_and_unpinned_ones_drift_naming_each_clock(tmp_path):
+    result = evaluate(dict(CLOCKS_CHECK, program=show_program(tmp_path, pinned=True)))
+    assert (result["state"], result["running"], result["desired"]) == ("ok", "pinned", "pinned")
+    (tmp_path / "b").mkdir()
+    result = evaluate(dict(CLOCKS_CHECK, program=show_program(tmp_path / "b", pinned=False)))
+    assert result["state"] == "drifted" and result["running"] == "restored"
+    assert result["detail"] == ("clocks not pinned: cpu0: MinFreq=729600 MaxFreq=1984000; cpu1: MinFreq=729600 "
+                                "MaxFreq=1984000; GPU MinFreq=306000000 MaxFreq=918000000; EMC FreqOverride=0")
+
+
+def test_clocks_pinned_where_the_intent_restores_them_is_drift(tmp_path):
+    result = evaluate(dict(CLOCKS_CHECK, desired="restored", program=show_program(tmp_path, pinned=True)))
+    assert result["state"] == "drifted" and "pinned by jetson_clocks" in result["detail"]
+    (tmp_path / "b").mkdir()
+    result = evaluate(dict(CLOCKS_CHECK, desired="restored", program=show_program(tmp_path / "b", pinned=False)))
+    assert result["state"] == "ok"
+
+
+def test_clocks_without_the_program_or_off_the_device_root_are_an_error(tmp_path):
+    result = evaluate(dict(CLOCKS_CHECK, program=show_program(tmp_path, pinned=True)), str(tmp_path))
+    assert result["state"] == "error" and "runs on the device root only" in result["detail"]
+    failing = tmp_path / "failing"
+    failing.write_text("#!/bin/sh\necho 'cannot open /sys/kernel/debug' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    result = evaluate(dict(CLOCKS_CHECK, program=str(failing)))
+    assert result["state"] == "error" and "--show failed (rc 1): cannot open /sys/kernel/debug" in result["detail"]

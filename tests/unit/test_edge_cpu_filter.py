@@ -1,6 +1,6 @@
 """plugins/filter/edge_cpu_partition.py (edge_cpu_partition) and the CPU list helpers it uses.
 
-Boards as HARDWARE.md §3 has them: Orin NX 16GB 2x4 cores, AGX Orin 64GB 3x4,
+Boards as their cpufreq policies have them: Orin NX 16GB 2x4 cores, AGX Orin 64GB 3x4,
 RK3588 4xA55 + 2x2 A76, Orin NX 8GB / Nano 4+2.
 """
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""edge_dvfs on fake sysfs trees built like the real boards (see HARDWARE.md §3, §4.3, §5)."""
+"""edge_dvfs on fake sysfs trees built like the real boards (L4T cpufreq, GPU and EMC devfreq; rk3588-opp.dtsi)."""
 import errno
 import io
 import json

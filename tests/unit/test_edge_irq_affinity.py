@@ -1,4 +1,4 @@
-"""edge_irq_affinity on fixture /proc/irq trees built like the boards' (HARDWARE.md §3).
+"""edge_irq_affinity on fixture /proc/irq trees built like the boards' (GIC PPIs, SPIs, managed queues).
 
 The fixture interrupts are the kinds a board has: GIC PPIs that are per-CPU
 (arch_timer, arm-pmu), device SPIs and MSIs that move, and managed NVMe I/O

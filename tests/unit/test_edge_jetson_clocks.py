@@ -355,8 +355,11 @@ def _interpreters():
 def test_boot_pin_cli_after_a_reboot(agx, tmp_path, python):
     store = tmp_path / "var/lib/edgetune/jetson_clocks.conf"
     install = tmp_path / "usr/local/lib/edgetune"
-    install.mkdir(parents=True)
+    # As role edge_power installs it: the helper beside the command, in the collection's layout.
+    utils = install / "ansible_collections/edgetune/fleet/plugins/module_utils"
+    utils.mkdir(parents=True)
     shutil.copy(str(MODULE), str(install / "edge_jetson_clocks.py"))
+    shutil.copy(str(REPO / "plugins/module_utils/edge_clocks.py"), str(utils / "edge_clocks.py"))
     env = dict(os.environ, EDGETUNE_TWIN_ROOT=str(agx), PYTHONPATH="")
     command = [python, str(install / "edge_jetson_clocks.py"), "--boot-pin", "--store-file", str(store),
                "--jetson-clocks", str(JETSON_CLOCKS)]

@@ -294,7 +294,7 @@ def test_query_output_plain_and_with_warnings():
 
 
 def test_query_output_verbose_lines():
-    # As printed by r36.4 (HARDWARE.md 4.1 sources), shortened.
+    # As printed by r36.4 (nvpmodel's output as jetson_stats parses it), shortened.
     text = "\n".join([
         "NVPM VERB: Config file: /etc/nvpmodel.conf",
         "NVPM VERB: parsing done for /etc/nvpmodel.conf",

@@ -2,7 +2,7 @@
 
 Real images come from pciutils' test dumps (fixtures/pcie/README.md); the shapes
 those dumps lack (a disabled VC1, MFVC + VC9) are built here from the register
-layout (HARDWARE.md section 7.1).  The decoding is cross-checked with
+layout (Linux include/uapi/linux/pci_regs.h, pciutils lib/header.h).  The decoding is cross-checked with
 ``lspci -vvv -F`` on the same images.
 """
 import io

@@ -202,6 +202,26 @@ def test_nvpmodel_mode_switched_by_hand_is_drift_and_site_switches_it_back(host)
     assert results(audit(host)[1], name)["nvpmodel mode"]["state"] == "ok"
 
 
+def test_clocks_restored_by_hand_are_drift_and_site_pins_them_again(host):
+    if not host.file("/usr/bin/jetson_clocks").exists:
+        pytest.skip("not a Jetson: no jetson_clocks")
+    name = host.backend.host
+    setting = results(audit(host)[1], name)["jetson_clocks"]
+    assert (setting["state"], setting["running"]) == ("ok", setting["desired"]), setting
+    if setting["desired"] != "pinned":
+        pytest.skip("the inventory leaves the clocks restored")
+    power_only = ("--tags", "edge_facts,edge_power")
+    host.run_expect([0], "jetson_clocks --restore /var/lib/edgetune/jetson_clocks.conf")
+    try:
+        found = results(audit(host)[1], name)["jetson_clocks"]
+        assert found["state"] == "drifted" and found["running"] == "restored", found
+        assert re.search(r"clocks not pinned: cpu\d+: MinFreq=\d+ MaxFreq=\d+", found["detail"]), found
+    finally:
+        result = run_site(host, *power_only)
+        assert "failed=0" in result.stdout, result.stdout[-3000:]
+    assert results(audit(host)[1], name)["jetson_clocks"]["state"] == "ok"
+
+
 MOVE_TC1_BACK_TO_VC0 = """
 import sys
 sys.path.insert(0, "/usr/local/lib/edgetune/module_utils")

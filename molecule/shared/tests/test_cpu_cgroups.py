@@ -1,6 +1,6 @@
 """CPU partitioning and the inference slice on a converged twin, read back from /proc, sysfs and cgroups.
 
-Expectations: the CPU sets from the boards' clusters (HARDWARE.md §3), the
+Expectations: the CPU sets from the boards' clusters (the SoCs' cpufreq policies), the
 twin's own hardware model for which IRQs cannot move (its board file and
 /run/edgetune-twin/unmovable-irqs), and the roles' documented defaults
 (CPUWeight 1000, CPUQuota 100% per inference CPU, MemoryMax 90%, RT budget

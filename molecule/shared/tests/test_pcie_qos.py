@@ -4,7 +4,7 @@ The intent is read from the scenario's inventory (``edge_pcie_qos_mappings``,
 set for the twins in molecule.yml's provisioner.inventory.group_vars); without
 it the role must leave the link alone. The registers are read back from the
 twin's config space files with a small decoder written here from the PCIe
-register layout (HARDWARE.md section 7.1), not with the project's parser.
+register layout (Linux include/uapi/linux/pci_regs.h, pciutils lib/header.h), not with the project's parser.
 """
 import base64
 import json

@@ -1,6 +1,6 @@
 """Power and DVFS end state on a converged twin: read back from sysfs, kept across a reboot.
 
-Expectations come from the boards' documented hardware (HARDWARE.md sections 3-5: cpufreq
+Expectations come from the boards' documented hardware (L4T and mainline sysfs, NVIDIA's nvpmodel confs: cpufreq
 policies per cluster, devfreq node names, nvpmodel mode names and caps), not from the role's
 profiles, so a wrong profile or role fails them.
 """
