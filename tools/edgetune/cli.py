@@ -28,7 +28,7 @@ def say(message):
 def cmd_twin_up(args):
     fleet = manager.parse_fleet(args.fleet)
     started = time.time()
-    names = manager.up(fleet, say)
+    names = manager.up(fleet, say, args.inventory_dir)
     path = manager.write_inventory(args.inventory_dir)
     say("%d twin(s) up in %.0f s; inventory %s" % (len(names), time.time() - started, path))
     return 0
@@ -47,7 +47,7 @@ def cmd_twin_rm(args):
 
 
 def cmd_twin_down(args):
-    for twin in manager.twins(fleet_only=True):
+    for twin in manager.twins(fleet_only=True, inventory_dir=args.inventory_dir):
         manager.remove(twin["name"])
     manager.write_inventory(args.inventory_dir)
     return 0
@@ -113,7 +113,8 @@ def build_parser():
     p.add_argument("--fleet", default=DEFAULT_FLEET, help="board[:count],... (default: %(default)s)")
     p.add_argument("--inventory-dir", default="inventory/twin")
     p.set_defaults(func=cmd_twin_up)
-    p = twin_sub.add_parser("down", help="remove the twins of the fleet `twin up` made (not molecule's)")
+    p = twin_sub.add_parser("down", help="remove the twins `twin up` made for this inventory directory "
+                                          "(not another directory's, not molecule's)")
     p.add_argument("--inventory-dir", default="inventory/twin")
     p.set_defaults(func=cmd_twin_down)
     p = twin_sub.add_parser("list", help="list twins")

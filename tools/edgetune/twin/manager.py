@@ -30,6 +30,11 @@ FLEET_LABEL = "io.edgetune.fleet"
 # The inventory group of a fleet twin, fixed when it is made: `twin down` and
 # the inventory work without its board file (a board captured elsewhere).
 GROUP_LABEL = "io.edgetune.group"
+# The inventory directory (absolute) of the `twin up` that made a fleet twin:
+# `twin down` and the inventory of one directory leave another's twins alone
+# (a test's fleet beside the demo's). Twins made before it count as the default's.
+INVENTORY_LABEL = "io.edgetune.inventory"
+DEFAULT_INVENTORY_DIR = "inventory/twin"
 
 # The systemd container recipe of ../shared/TESTBED.md: --privileged is not
 # available here, so the capabilities are listed one by one.  LINUX_IMMUTABLE
@@ -222,17 +227,25 @@ def ensure_images(distros, say=print):
 
 # ---------------------------------------------------------------- twins
 def container_state(name):
-    result = run(["docker", "inspect", "-f", "{{.State.Running}} {{index .Config.Labels \"%s\"}} "
-                  "{{index .Config.Labels \"%s\"}}" % (LABEL, FLEET_LABEL), name])
+    result = run(["docker", "inspect", "-f", "{{.State.Running}}\t{{index .Config.Labels \"%s\"}}\t"
+                  "{{index .Config.Labels \"%s\"}}\t{{index .Config.Labels \"%s\"}}"
+                  % (LABEL, FLEET_LABEL, INVENTORY_LABEL), name])
     if result.returncode != 0:
         return None
-    running, board_name, *fleet = result.stdout.split()
-    return {"running": running == "true", "board": board_name, "fleet": fleet == ["yes"]}
+    running, board_name, fleet, inventory = (result.stdout.rstrip("\n").split("\t") + ["", "", ""])[:4]
+    return {"running": running == "true", "board": board_name, "fleet": fleet == "yes",
+            "inventory": inventory if fleet == "yes" else ""}
 
 
-def create(name, board_name, say=print, fleet=False):
+def inventory_key(directory):
+    """The value of INVENTORY_LABEL for an inventory directory: its absolute path."""
+    return str(Path(directory or DEFAULT_INVENTORY_DIR).resolve())
+
+
+def create(name, board_name, say=print, fleet=False, inventory_dir=None):
     """Create (or reuse) one twin and wait until it has booted. ``fleet``: a twin of
-    the fleet `twin up` manages (in its inventory, removed by `twin down`)."""
+    the fleet `twin up` manages (in the inventory of ``inventory_dir``, removed by
+    `twin down` of that directory)."""
     spec = board(board_name)
     state = container_state(name)
     if state and state["board"] != board_name:
@@ -241,10 +254,14 @@ def create(name, board_name, say=print, fleet=False):
     if state and state["fleet"] != fleet:
         raise TwinError("container %s exists as a twin %s the fleet; remove it with `edgetune twin rm %s`"
                         % (name, "outside" if fleet else "of", name))
+    if state and fleet and (state["inventory"] or inventory_key(None)) != inventory_key(inventory_dir):
+        raise TwinError("container %s is a twin of the inventory in %s, not %s; remove it with `edgetune twin rm %s`"
+                        % (name, state["inventory"] or inventory_key(None), inventory_key(inventory_dir), name))
     if state is None:
         labels = ["--label", "%s=%s" % (LABEL, board_name)]
         if fleet:
-            labels += ["--label", FLEET_LABEL + "=yes", "--label", "%s=%s" % (GROUP_LABEL, fleet_group(spec))]
+            labels += ["--label", FLEET_LABEL + "=yes", "--label", "%s=%s" % (GROUP_LABEL, fleet_group(spec)),
+                       "--label", "%s=%s" % (INVENTORY_LABEL, inventory_key(inventory_dir))]
         captured = board_name.startswith(CAPTURED)
         result = run(["docker", "create" if captured else "run", *([] if captured else ["-d"]),
                       "--name", name, "--hostname", name, *labels,
@@ -288,19 +305,25 @@ def remove(name):
     run(["docker", "rm", "-f", name])
 
 
-def twins(fleet_only=False):
-    """Running or stopped twins (``fleet_only``: those of `twin up`'s fleet): dicts name/board/running."""
+def twins(fleet_only=False, inventory_dir=None):
+    """Running or stopped twins, dicts name/board/running/group/inventory. ``fleet_only``:
+    those of `twin up`'s fleets; with ``inventory_dir`` too, only the fleet of that directory."""
     result = run(["docker", "ps", "-a", "--filter", "label=" + (FLEET_LABEL if fleet_only else LABEL),
-                  "--format", "{{.Names}}\t{{.Label \"%s\"}}\t{{.State}}\t{{.Label \"%s\"}}" % (LABEL, GROUP_LABEL)])
+                  "--format", "{{.Names}}\t{{.Label \"%s\"}}\t{{.State}}\t{{.Label \"%s\"}}\t{{.Label \"%s\"}}"
+                  % (LABEL, GROUP_LABEL, INVENTORY_LABEL)])
     rows = []
     for line in result.stdout.splitlines():
-        name, board_name, state, group = (line.split("\t") + [""])[:4]
-        rows.append({"name": name, "board": board_name, "running": state == "running", "group": group})
+        name, board_name, state, group, inventory = (line.split("\t") + ["", ""])[:5]
+        mine = (inventory or inventory_key(None)) == inventory_key(inventory_dir)
+        if fleet_only and inventory_dir is not None and not mine:
+            continue
+        rows.append({"name": name, "board": board_name, "running": state == "running", "group": group,
+                     "inventory": inventory})
     return sorted(rows, key=lambda r: r["name"])
 
 
-def up(fleet, say=print):
-    """Bring up a fleet [(board, count)] in parallel; returns the twin names."""
+def up(fleet, say=print, inventory_dir=None):
+    """Bring up a fleet [(board, count)] of the inventory in ``inventory_dir``, in parallel; returns the twin names."""
     ensure_images([board(b)["distro"] for b, _ in fleet], say)
     wanted = [("%s-%d" % (twin_prefix(b), i), b) for b, count in fleet for i in range(1, count + 1)]
     # Before any twin boots: the host's inotify limits for every twin that will then run.
@@ -308,16 +331,17 @@ def up(fleet, say=print):
     others = set(running) - {name for name, _ in wanted}
     inotify.ensure_limits(len(wanted) + len(others), say, sample_twin=running[0] if running else None)
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        futures = [pool.submit(create, name, b, say, True) for name, b in wanted]
+        futures = [pool.submit(create, name, b, say, True, inventory_dir) for name, b in wanted]
         for future in futures:
             future.result()
     return [name for name, _ in wanted]
 
 
 def write_inventory(directory):
-    """inventory/twin/hosts.yml with groups orin-fleet and rk3588-fleet."""
+    """DIRECTORY/hosts.yml (inventory/twin/ by default) with groups orin-fleet and rk3588-fleet:
+    the fleet twins `twin up` made for this directory."""
     groups = {"orin-fleet": {}, "rk3588-fleet": {}}
-    for twin in twins(fleet_only=True):
+    for twin in twins(fleet_only=True, inventory_dir=directory):
         group = twin["group"] or (fleet_group(boards()[twin["board"]]) if twin["board"] in boards() else "")
         if group not in groups:
             print("edgetune: twin %s (board %s) left out of the inventory: its board is unknown here"
