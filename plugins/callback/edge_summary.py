@@ -2,8 +2,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Callback edge_summary: one line per host at the end of a run.
 
-Board, release, the tasks that changed something, reboots, and the wall time
-of the run: what a person wants to see after `ansible-playbook site.yml`.
+Board, release, the tasks that changed something, reboots, what the runtime's
+deploy gate measured on the device, and the wall time of the run: what a person
+wants to see after `ansible-playbook site.yml`.
 """
 
 DOCUMENTATION = r"""
@@ -13,6 +14,8 @@ short_description: Fleet summary (board, release, changes) at the end of a run
 description:
   - Prints, per host, the board profile, the L4T or BSP release, the changed tasks and
     whether the host failed or was unreachable, then the wall time of the run.
+  - Where the runtime's deploy gate measured latency on the device (C(edge_runtime_gate)), a second
+    line gives it, for an LLM the time to first token and the inter-token P50 and P99 and the tokens/s.
 author:
   - edgetune contributors (!UNKNOWN)
 version_added: "0.1.0"
@@ -30,6 +33,29 @@ import time  # noqa: E402
 from ansible.plugins.callback import CallbackBase  # noqa: E402
 
 
+def gate_line(gate):
+    """What edge_runtime_gate measured, in one line; None when it measured no latency (or its
+    result is not shaped as the module documents: the summary never fails a run)."""
+    try:
+        return _gate_line(gate)
+    except (KeyError, TypeError, AttributeError):
+        return None
+
+
+def _gate_line(gate):
+    tokens = gate.get("token_latency")
+    if tokens:
+        return ("time to first token P50 %s ms, P99 %s ms; inter-token P50 %s ms, P99 %s ms; %s tokens/s "
+                "(%s generations on the device)" % (
+                    tokens["ttft"]["p50_ms"], tokens["ttft"]["p99_ms"], tokens["inter_token"]["p50_ms"],
+                    tokens["inter_token"]["p99_ms"], tokens["tokens_per_s"], tokens["runs"]))
+    latency = gate.get("latency")
+    if latency:
+        return "request latency P50 %s ms, P99 %s ms, %s QPS (%s requests on the device)" % (
+            latency["p50_ms"], latency["p99_ms"], latency["qps"], latency["count"])
+    return None
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -43,7 +69,7 @@ class CallbackModule(CallbackBase):
 
     def host(self, result):
         return self.hosts.setdefault(result._host.get_name(), {
-            "board": "?", "release": "?", "changed": [], "state": "ok"})
+            "board": "?", "release": "?", "changed": [], "state": "ok", "gate": None})
 
     def v2_runner_on_ok(self, result):
         entry = self.host(result)
@@ -56,6 +82,8 @@ class CallbackModule(CallbackBase):
             entry["board"] = facts["edge_facts_profile"]["title"]
         if result._result.get("changed") and result._task.get_name() not in entry["changed"]:
             entry["changed"].append(result._task.get_name())
+        if result._task.action.split(".")[-1] == "edge_runtime_gate":
+            entry["gate"] = gate_line(result._result) or entry["gate"]
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
         self.host(result)
@@ -78,4 +106,6 @@ class CallbackModule(CallbackBase):
             changes = ", ".join(entry["changed"]) if entry["changed"] else "no change"
             self._display.display("%-24s %-6s %-34s %-14s %s" % (
                 name, entry["state"], entry["board"], entry["release"], changes))
+            if entry["gate"]:
+                self._display.display("%-24s gate: %s" % ("", entry["gate"]))
         self._display.display("wall time: %.1f s" % (time.time() - self.started))

@@ -554,6 +554,43 @@ def package_model(out_dir, golden_build, cache=None, also=()):
     return package(manifest, {"model.gguf": (model.read_bytes(), 0o644)}, out_dir, stem, compresslevel=1)
 
 
+def _version_tuple(text):
+    return tuple(int(part) for part in re.findall(r"\d+", text))
+
+
+def deployable(artifacts_dir, machine, glibc):
+    """The llama-server artifact that runs on a device (``machine`` as ``uname -m`` says, ``glibc``
+    as ``getconf GNU_LIBC_VERSION`` says) and the GGUF engine, from the manifests the packager wrote
+    beside the tarballs in ``artifacts_dir``: (runtime manifest, engine manifest), each with its
+    tarball's ``path``. The newest build the device's glibc runs is chosen."""
+    servers, engines = [], []
+    for sidecar in sorted(Path(artifacts_dir).glob("edgetune-*.tar.gz.manifest.json")):
+        try:
+            manifest = json.loads(sidecar.read_text())
+        except ValueError:
+            continue
+        manifest["path"] = str(sidecar)[:-len(".manifest.json")]
+        # The packager writes requires.glibc as ">=X.Y".
+        wants = ((manifest.get("compatibility") or {}).get("requires") or {}).get("glibc") or ">=0"
+        if manifest.get("kind") == "runtime" and manifest.get("name") == SERVER_NAME \
+                and manifest.get("architecture") == machine \
+                and _version_tuple(glibc) >= _version_tuple(wants.lstrip(">=")):
+            servers.append((_version_tuple(wants.lstrip(">=")), manifest))
+        elif manifest.get("kind") == "engine" and manifest.get("format") == "gguf" \
+                and manifest.get("name") == ENGINE_NAME:
+            engines.append(manifest)
+    if not servers or not engines:
+        raise UsageError("no %s artifact for %s with glibc %s or no GGUF engine in %s: run `make artifacts`%s"
+                         % (SERVER_NAME, machine, glibc, artifacts_dir,
+                            "" if machine == host_arch() else " ARCH=%s" % machine))
+    return max(servers, key=lambda item: item[0])[1], engines[-1]
+
+
+def deploy_args(server, engine):
+    """The extra variables that deploy this pair with edge_runtime."""
+    return ["-e", "edge_runtime_runtime_src=%s" % server["path"], "-e", "edge_runtime_engine_src=%s" % engine["path"]]
+
+
 def _build_name(build):
     return "%s %s %s/%s" % (SERVER_NAME, server_version_name(build), build["distro"], build["arch"])
 

@@ -366,25 +366,10 @@ def test_bad_input_fails_before_anything_changes(host, releases):
 # ------------------------------------------------------------------ llama-server and a GGUF model
 def llm_artifacts(host):
     """The packaged llama-server that runs on this twin (its machine, its glibc) and the GGUF engine."""
+    from edgetune import llm
     machine = host.check_output("uname -m")
     glibc = host.check_output("getconf GNU_LIBC_VERSION").split()[-1]
-
-    def version(text):
-        return tuple(int(part) for part in text.split("."))
-    servers, engines = [], []
-    for sidecar in sorted((PROJECT / ".cache" / "artifacts").glob("edgetune-*.tar.gz.manifest.json")):
-        manifest = json.loads(sidecar.read_text())
-        manifest["path"] = str(sidecar)[:-len(".manifest.json")]
-        # The packager writes requires.glibc as ">=X.Y".
-        wants = ((manifest.get("compatibility") or {}).get("requires") or {}).get("glibc") or ">=0"
-        if manifest["kind"] == "runtime" and manifest["name"] == "llama-server" \
-                and manifest.get("architecture") == machine and version(glibc) >= version(wants.lstrip(">=")):
-            servers.append(manifest)
-        elif manifest["kind"] == "engine" and manifest.get("format") == "gguf":
-            engines.append(manifest)
-    assert servers and engines, "no llama-server artifact for %s with glibc %s or no GGUF engine in " \
-                                ".cache/artifacts: run `make artifacts`" % (machine, glibc)
-    return servers[0], engines[0]
+    return llm.deployable(PROJECT / ".cache" / "artifacts", machine, glibc)
 
 
 def llm_health(host):
