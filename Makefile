@@ -27,7 +27,7 @@ help:
 	@echo "make demo   provision a twin fleet with site.yml (orin-fleet, then rk3588-fleet)"
 	@echo "make test   lint, unit tests (Python 3.11 and 3.8), integration and molecule on twins,"
 	@echo "            beside them the VM twin's scenario (VM=0 leaves it out)"
-	@echo "make bench  benchmarks (runtime P99 under noise, audit vs --check, eBPF priority)"
+	@echo "make bench  benchmarks (LLM token latency under noise, audit vs --check, eBPF priority)"
 	@echo "make artifacts [ARCH=aarch64]   runtime and engine artifacts, llama-server built per distribution"
 	@echo "make twins-down   remove the demo twins"
 

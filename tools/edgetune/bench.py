@@ -53,7 +53,7 @@ def measure(url, requests=500, concurrency=1, warmup=20, body=b'{"sample": 0}', 
     return result
 
 
-def write_histogram_png(path, series, title, limit_ms=None):
+def write_histogram_png(path, series, title, limit_ms=None, xlabel="request latency", ylabel="requests"):
     """One PNG: a latency histogram per series (label -> samples in ms), log-spaced bins, P99 marked."""
     try:
         import matplotlib
@@ -78,8 +78,8 @@ def write_histogram_png(path, series, title, limit_ms=None):
     if limit_ms:
         ax.axvline(limit_ms, color="black", linestyle=":", linewidth=1, label="limit %.1f ms" % limit_ms)
     ax.set_xscale("log")
-    ax.set_xlabel("request latency (ms, log scale); dashed: P99")
-    ax.set_ylabel("requests")
+    ax.set_xlabel("%s (ms, log scale); dashed: P99" % xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
