@@ -50,6 +50,13 @@ Check kinds:
              edge_jetson_clocks module pins with
              (plugins/module_utils/edge_clocks.py).  Keys: desired
              (``pinned`` or ``restored``), program (default: found on PATH).
+``netqos``   the inference traffic priority (role edge_netqos), running: the
+             role's loader (``edgetune-netqos check``, the code that
+             attaches it) compares each interface's qdiscs, HTB classes and
+             eBPF classifier with the desired settings the check carries (not
+             the device's config file, which a ``file`` check covers).  Keys:
+             config (the settings, as the edge_netqos module built them),
+             interfaces, loader, python, source (the classifier's C file).
 ``unsupported``  the role found the feature missing; Keys: reason.
 
 The checks come from the records the last apply left on the device (one
@@ -294,13 +301,44 @@ def check_jetson_clocks(check, root):
     return "drifted", "clocks pinned by jetson_clocks, desired as the power mode sets them", None, running
 
 
+def check_netqos(check, root):
+    if os.path.abspath(root) != "/":
+        raise ValueError("the qdiscs and the classifier are read with the loader, on the device root only")
+    argv = [check["python"], check["loader"], "check", "--config", "-", "--source", check["source"], "--json"]
+    for name in check["interfaces"]:
+        argv += ["--interface", name]
+    try:
+        done = subprocess.run(argv, input=json.dumps(check["config"]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, check=False)
+    except OSError as exc:
+        raise ValueError("cannot run the loader %s with %s: %s" % (check["loader"], check["python"],
+                                                                   exc.strerror or exc)) from None
+    try:
+        report = json.loads(done.stdout) if done.returncode in (0, 1) else None
+    except ValueError:
+        report = None
+    if not isinstance(report, dict) or not isinstance(report.get("interfaces"), dict):
+        lines = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
+        raise ValueError("%s check failed (rc %d): %s" % (check["loader"], done.returncode, lines[-1][-300:]))
+    differs = dict((name, (report["interfaces"].get(name) or {"differences": ["not checked"]})["differences"])
+                   for name in check["interfaces"])
+    running = "; ".join("%s %s" % (name, "differs" if found else "in sync") for name, found in differs.items())
+    stale = ["%s: %s" % (name, ", ".join(found)) for name, found in differs.items() if found]
+    if stale:
+        return "drifted", "; ".join(stale), None, running
+    return "ok", "", None, running
+
+
 CHECKERS = {"cmdline": check_cmdline, "value": check_value, "file": check_file, "irq_affinity": check_irq_affinity,
-            "nvpmodel": check_nvpmodel, "pcie_vc": check_pcie_vc, "jetson_clocks": check_jetson_clocks}
+            "nvpmodel": check_nvpmodel, "pcie_vc": check_pcie_vc, "jetson_clocks": check_jetson_clocks,
+            "netqos": check_netqos}
 
 
 def evaluate(check, root="/"):
     """One check -> a result dict (setting, role, state, detail, desired, persisted, running)."""
     desired = next((check[key] for key in ("desired", "args", "sha1", "cpus", "mode", "tcs") if key in check), None)
+    if check["kind"] == "netqos" and desired is None:
+        desired = "classifier and HTB classes on %s" % ", ".join(check.get("interfaces") or [])
     result = {"setting": check["setting"], "role": check.get("role", ""), "desired": desired}
     if check["kind"] == "unsupported":
         result.update(state="unsupported", detail=check.get("reason", ""), persisted=None, running=None)

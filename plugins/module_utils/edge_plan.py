@@ -46,6 +46,7 @@ RECORDED_ROLES = {
     "edge_cgroups": ("cpu", "slice"),
     "edge_power": ("cpu", "power"),
     "edge_pcie_qos": (),
+    "edge_netqos": (),
     "edge_runtime": ("runtime",),
     "edge_audit_timer": (),
 }
@@ -275,7 +276,7 @@ def audit_part(intent, plan, role_options, code=None):
     for role, parts in sorted(RECORDED_ROLES.items()):
         names = sorted(n for n in role_options.get(role) or () if n in intent)
         roles[role] = {
-            "enabled": bool(intent.get(role + "_enabled", True)),
+            "enabled": _recorded(role, intent),
             "inputs": {
                 "variables": _canonical(dict((n, intent[n]) for n in names)),
                 "plan": dict((part, digest(_canonical(_desired(part, plan[part])))) for part in parts),
@@ -283,6 +284,14 @@ def audit_part(intent, plan, role_options, code=None):
             },
         }
     return {"record_dir": RECORD_DIR, "roles": roles}
+
+
+def _recorded(role, intent):
+    """Whether the role applies something the audit then checks. edge_netqos has no
+    switch of its own: it acts where interfaces are listed (its state absent removes)."""
+    if role == "edge_netqos":
+        return bool(intent.get("edge_netqos_interfaces")) and intent.get("edge_netqos_state", "present") == "present"
+    return bool(intent.get(role + "_enabled", True))
 
 
 def build(intent, facts, profile, partition, slice_values=None, role_options=None, code=None):

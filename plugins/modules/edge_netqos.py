@@ -161,8 +161,13 @@ config:
   description: The settings written to O(config_file).
   returned: when O(state=present)
   type: dict
+config_sha1:
+  description: The sha1 of the text of O(config_file) with these settings (the drift audit's file check).
+  returned: when O(state=present)
+  type: str
 """
 
+import hashlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 
@@ -288,6 +293,7 @@ def run_present(module, loader, result):
     after_text = config_text(config)
     dropped = [name for name in previous_interfaces(before_config) if name not in config["interfaces"]]
     result["config"] = config
+    result["config_sha1"] = hashlib.sha1(after_text.encode()).hexdigest()
     if not loader.available():
         if module.check_mode:  # the role installs the loader first; in check mode it is not there yet
             result["changed"] = True

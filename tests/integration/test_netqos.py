@@ -525,6 +525,9 @@ ROLE_PLAY = """
     - name: Show the status
       ansible.builtin.debug:
         var: edge_netqos_status
+    - name: Show the checks
+      ansible.builtin.debug:
+        var: edge_netqos_audit
 """
 
 
@@ -582,6 +585,41 @@ def test_role_check_mode_then_apply_then_idempotent_then_absent(pair, tmp_path):
     stats, tasks = run_role(pair, tmp_path, edge_netqos_state="absent")
     assert stats["failures"] == 0 and tasks["Show the status"]["edge_netqos_status"] == "removed"
     assert pair.qdisc_state() == before and not (tmp_path / "etc" / "netqos.json").exists()
+
+
+def audit_in_ns(pair, checks):
+    """The drift audit's evaluation of the role's checks, run in namespace A as on the device."""
+    code = ("import json, sys\nsys.path.insert(0, %r)\n"
+            "from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import audit\n"
+            "print(json.dumps(audit(json.load(sys.stdin))[0]))" % str(ROOT / ".cache" / "collections"))
+    done = pair.in_ns(pair.ns_a, [sys.executable, "-c", code], input=json.dumps(checks), check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_drift_audit_reads_the_live_classifier_against_the_recorded_settings(pair, tmp_path):
+    """The role's netqos check, evaluated as the audit does: ok after the apply, drifted (naming
+    what) when the classifier is detached by hand or the rate changed, ok again after the role."""
+    stats, tasks = run_role(pair, tmp_path)
+    assert stats["failures"] == 0, failed(tasks)
+    checks = tasks["Show the checks"]["edge_netqos_audit"]
+    assert [(c["setting"], c["kind"]) for c in checks] == [("network priority", "netqos")]
+    assert checks[0]["interfaces"] == [pair.a] and checks[0]["config"]["interfaces"] == {pair.a: {"rate": RATE}}
+    [result] = audit_in_ns(pair, checks)
+    assert (result["state"], result["running"]) == ("ok", "%s in sync" % pair.a), result
+
+    pair.tc("filter", "del", "dev", pair.a, "egress")
+    [result] = audit_in_ns(pair, checks)
+    assert result["state"] == "drifted" and result["detail"].startswith(pair.a + ": "), result
+    assert "edge_classifier" in result["detail"] or "filter" in result["detail"], result
+
+    stats, tasks = run_role(pair, tmp_path)
+    assert stats["failures"] == 0 and stats["changed"] > 0, failed(tasks)
+    assert audit_in_ns(pair, checks)[0]["state"] == "ok"
+    # A rate changed on the device (the classes as another tool left them) is drift too.
+    pair.tc("class", "change", "dev", pair.a, "parent", "1:", "classid", "1:1", "htb", "rate", "50mbit")
+    [result] = audit_in_ns(pair, checks)
+    assert result["state"] == "drifted" and "rate" in result["detail"], result
 
 
 def test_role_reports_unsupported_kernels_and_changes_nothing(pair, tmp_path):

@@ -38,7 +38,7 @@ def test_a_failing_server_is_one_json_error_not_a_traceback(local_server):
 
 
 def runs(ttft, gap, count=4):
-    return [{"ttft_ms": ttft, "gaps_ms": [gap] * 3, "tokens": ["a"] * 4} for _ in range(count)]
+    return [{"ttft_ms": ttft, "gaps_ms": [gap] * 3, "tokens": ["a"] * 4} for _run in range(count)]
 
 
 def test_summary_ratios_and_table():

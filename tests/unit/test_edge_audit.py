@@ -507,3 +507,54 @@ def test_clocks_without_the_program_or_off_the_device_root_are_an_error(tmp_path
     failing.chmod(0o755)
     result = evaluate(dict(CLOCKS_CHECK, program=str(failing)))
     assert result["state"] == "error" and "--show failed (rc 1): cannot open /sys/kernel/debug" in result["detail"]
+
+
+# --------------------------------------------------------------------------
+# netqos: the live qdiscs and classifier, compared by the role's loader with the recorded settings
+FAKE_LOADER = r'''
+import json, sys
+args = sys.argv[1:]
+assert args[:5] == ["check", "--config", "-", "--source", "/share/edge_classifier.c"] and args[5] == "--json", args
+config = json.load(sys.stdin)
+names = [args[i + 1] for i, a in enumerate(args) if a == "--interface"]
+# As the real loader: a rate that differs from the live class is a difference.
+live_rate = "100mbit"
+report = {}
+for name in names:
+    wanted = dict(config, **config["interfaces"][name]).get("rate")
+    diffs = [] if wanted == live_rate else ["class 1:1 rate is %s, not %s" % (live_rate, wanted)]
+    report[name] = {"in_sync": not diffs, "differences": diffs, "foreign_root": False, "program": None}
+print(json.dumps({"in_sync": all(r["in_sync"] for r in report.values()), "interfaces": report}))
+sys.exit(0 if all(r["in_sync"] for r in report.values()) else 1)
+'''
+
+
+def netqos_check(tmp_path, rate="100mbit", loader=FAKE_LOADER):
+    path = tmp_path / "edgetune-netqos"
+    path.write_text(loader)
+    return {"setting": "network priority", "role": "edge_netqos", "kind": "netqos", "interfaces": ["eth0"],
+            "config": {"managed_by": "edgetune edge_netqos", "version": 1, "ports": [8470],
+                       "interfaces": {"eth0": {"rate": rate}}},
+            "loader": str(path), "python": sys.executable, "source": "/share/edge_classifier.c"}
+
+
+def test_netqos_in_sync_is_ok_and_a_difference_is_drift_naming_it(tmp_path):
+    result = evaluate(netqos_check(tmp_path))
+    assert (result["state"], result["running"]) == ("ok", "eth0 in sync")
+    assert result["desired"] == "classifier and HTB classes on eth0"
+    # The recorded settings are the desired state: a rate the device's config file no longer
+    # names does not matter, the one the check carries does.
+    result = evaluate(netqos_check(tmp_path, rate="900mbit"))
+    assert result["state"] == "drifted" and result["running"] == "eth0 differs"
+    assert result["detail"] == "eth0: class 1:1 rate is 100mbit, not 900mbit"
+
+
+def test_netqos_loader_failures_and_other_roots_are_an_error(tmp_path):
+    failing = "import sys\nsys.stderr.write('edgetune-netqos: error: no device eth0\\n')\nsys.exit(2)\n"
+    result = evaluate(netqos_check(tmp_path, loader=failing))
+    assert result["state"] == "error" and "check failed (rc 2): edgetune-netqos: error: no device eth0" in \
+        result["detail"]
+    result = evaluate(dict(netqos_check(tmp_path), python=str(tmp_path / "no-python")))
+    assert result["state"] == "error" and "cannot run the loader" in result["detail"]
+    result = evaluate(netqos_check(tmp_path), str(tmp_path))
+    assert result["state"] == "error" and "device root only" in result["detail"]

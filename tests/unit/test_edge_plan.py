@@ -136,13 +136,24 @@ def audit_plan(name, values=None):
 
 def test_audit_part_names_every_recorded_role_with_its_own_variables():
     roles = audit_plan("orin-nx")["audit"]["roles"]
-    assert sorted(roles) == ["edge_audit_timer", "edge_bootargs", "edge_cgroups", "edge_cpu", "edge_pcie_qos",
-                             "edge_power", "edge_runtime"]
+    assert sorted(roles) == ["edge_audit_timer", "edge_bootargs", "edge_cgroups", "edge_cpu", "edge_netqos",
+                             "edge_pcie_qos", "edge_power", "edge_runtime"]
     assert roles["edge_cgroups"]["inputs"]["variables"]["edge_cgroups_cpu_weight"] == \
         SPECS["edge_cgroups"]["edge_cgroups_cpu_weight"]["default"]
     assert not any(name.startswith("edge_cgroups_") for name in roles["edge_power"]["inputs"]["variables"])
     assert sorted(roles["edge_cgroups"]["inputs"]["plan"]) == ["cpu", "slice"]
-    assert all(role["enabled"] for role in roles.values())
+    # edge_netqos acts (and is audited) only where the inventory lists interfaces.
+    assert all(role["enabled"] for name, role in roles.items() if name != "edge_netqos")
+    assert roles["edge_netqos"]["enabled"] is False
+
+
+def test_netqos_is_recorded_where_interfaces_are_listed_and_present():
+    roles = audit_plan("orin-nx", {"edge_netqos_interfaces": ["eth0"], "edge_netqos_rate": "900mbit"})["audit"]["roles"]
+    assert roles["edge_netqos"]["enabled"] is True
+    assert roles["edge_netqos"]["inputs"]["variables"]["edge_netqos_interfaces"] == ["eth0"]
+    absent = audit_plan("orin-nx", {"edge_netqos_interfaces": ["eth0"], "edge_netqos_rate": "900mbit",
+                                    "edge_netqos_state": "absent"})["audit"]["roles"]
+    assert absent["edge_netqos"]["enabled"] is False
 
 
 def test_audit_inputs_change_with_the_intent_and_only_where_it_is_used():
