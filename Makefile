@@ -75,7 +75,7 @@ unit: venv
 unit38: venv38
 	tools/run-unit-py38 $(VENV38) $(VENV)
 
-integration: venv
+integration: venv artifacts
 	if [ "$$(id -u)" -eq 0 ]; then tools/setup-netqos-host; fi
 	pytest -q tests/integration
 

@@ -125,8 +125,11 @@ parent:
   returned: when mode is v1-rt-group
   type: dict
 pending:
-  description: Check mode only; the slice is not active yet, a real run starts it and then sets the budget.
-  returned: when the slice's cgroup does not exist yet in check mode
+  description:
+    - Check mode only; the slice is not active yet, a real run starts it and then sets the budget (C(levels)
+      has what it will write). Where the budget would not fit (a container without RT time), the result is
+      the real run's instead (not ready, with the reason) and nothing is pending.
+  returned: when the slice's cgroup does not exist yet in check mode and its budget fits
   type: bool
 errors:
   description: Every error message.
@@ -280,27 +283,35 @@ def _us(fraction, period):
     return -(-fraction.numerator * period // fraction.denominator)  # ceiling
 
 
-def plan_v1(mount, sysroot, slice_path, runtime_us):
-    """Levels [(path, before, after, period)] and the parent's numbers; RtError on impossible input."""
+def plan_v1(mount, sysroot, slice_path, runtime_us, assume_missing=False):
+    """Levels [(path, before, after, period)] and the parent's numbers; RtError on impossible input.
+
+    A cgroup of the chain that does not exist yet is MissingCgroup, unless ``assume_missing``
+    (check mode): then it is planned as the kernel makes a new one, with no RT time, its
+    parent's period and no children, so that check mode decides as the real run will after
+    the slice has started."""
     root_dir = fs_path(mount, sysroot)
     chain = [fs_path(mount, sysroot.rstrip("/") + p) for p in ancestors(slice_path)]
     missing = [d for d in chain if not os.path.isfile(os.path.join(d, RUNTIME))]
-    if missing:
+    if missing and not assume_missing:
         raise MissingCgroup(["the slice's cpu cgroup %s does not exist: the slice must be active and have a cpu "
                              "setting (CPUQuota= or CPUWeight=) so that systemd creates it" % missing[0]])
-    budgets = [read_budget(d) for d in chain]
+    budgets = []
+    for directory in chain:
+        parent_period = budgets[-1][1] if budgets else read_budget(root_dir)[1]
+        budgets.append((0, parent_period) if directory in missing else read_budget(directory))
     leaf_period = budgets[-1][1]
     if runtime_us < 0 or runtime_us >= leaf_period:
         raise RtError(["runtime_us %d must be at least 0 and below the period (%d us) so that RT tasks "
                        "cannot starve the CPUs" % (runtime_us, leaf_period)])
-    held = children_bandwidth(chain[-1])
+    held = children_bandwidth(chain[-1]) if chain[-1] not in missing else Fraction(0)
     if held > Fraction(runtime_us, leaf_period):
         raise RtError(["the cgroups inside %s already hold %d us of RT time; %d us is too little"
                        % (chain[-1], _us(held, leaf_period), runtime_us)])
     need = [None] * len(chain)
     need[-1] = Fraction(runtime_us, leaf_period)
     for i in range(len(chain) - 2, -1, -1):
-        others = children_bandwidth(chain[i], skip=chain[i + 1])
+        others = children_bandwidth(chain[i], skip=chain[i + 1]) if chain[i] not in missing else Fraction(0)
         need[i] = max(bandwidth(*budgets[i]), others + need[i + 1])
     root_runtime, root_period = read_budget(root_dir)
     others = children_bandwidth(root_dir, skip=chain[0])
@@ -309,7 +320,7 @@ def plan_v1(mount, sysroot, slice_path, runtime_us):
     fits = others + need[0] <= bandwidth(root_runtime, root_period)
     levels = [{"path": d, "before": b[0], "after": _us(n, b[1]) if i < len(chain) - 1 else runtime_us,
                "period": b[1]} for i, (d, b, n) in enumerate(zip(chain, budgets, need))]
-    return levels, parent, fits
+    return levels, parent, fits, missing
 
 
 def not_fitting_reason(parent, sysroot, runtime_us, in_container):
@@ -383,17 +394,18 @@ def run(root="/", slice_name="", runtime_us=0, rt_group_sched=None, check_mode=F
         return result
     result["mode"] = "v1-rt-group"
     try:
-        levels, parent, fits = plan_v1(cpu, sysroot, slice_path, runtime_us)
-    except MissingCgroup as exc:
-        if not check_mode:
-            raise
-        # A real run starts the slice first; check mode cannot.
-        result.update(ready=False, pending=True, reason="check mode: %s; a real run starts it and then sets the "
-                      "budget" % exc)
-        return result
+        levels, parent, fits, missing = plan_v1(cpu, sysroot, slice_path, runtime_us, assume_missing=check_mode)
     except OSError as exc:
         raise RtError(["reading the RT budgets failed: %s" % exc]) from None
     result.update(parent=parent)
+    if missing and fits:
+        # A real run starts the slice first, then sets the budget; check mode cannot start it.
+        for level in levels:
+            level.pop("period")
+        result.update(ready=False, pending=True, levels=levels, reason=(
+            "check mode: the slice's cpu cgroup %s does not exist yet; a real run starts the slice and then gives "
+            "it %d us of RT time per period" % (missing[0], runtime_us)))
+        return result
     if not fits:
         result.update(ready=False, reason=not_fitting_reason(parent, sysroot, runtime_us, result["in_container"]),
                       levels=[dict(lv, after=lv["before"]) for lv in levels])

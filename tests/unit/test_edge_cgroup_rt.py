@@ -263,6 +263,22 @@ def test_inactive_slice_is_an_error_in_a_real_run_and_pending_in_check_mode(tmp_
         rt.run(str(root), "ai-infer.slice", 800000)
     result = rt.run(str(root), "ai-infer.slice", 800000, check_mode=True)
     assert result["pending"] is True and result["ready"] is False and kernel.log == []
+    # What the real run will write once the slice has started (new cgroups have no RT time).
+    assert [(os.path.basename(lv["path"]), lv["before"], lv["after"]) for lv in result["levels"]] == [
+        ("ai.slice", 0, 800000), ("ai-infer.slice", 0, 800000)]
+
+
+def test_check_mode_on_a_never_tuned_container_says_what_the_real_run_will(tmp_path, kernel):
+    """A fresh twin: no slice yet, and a container without RT time. Check mode must not promise a
+    budget (and a boot unit for it) that the real run, once the slice exists, finds impossible."""
+    tree = {k: v for k, v in CONTAINER.items() if "/ai.slice" not in k}
+    root = make_tree(tmp_path / "fresh", tree, sysroot=DOCKER)
+    checked = rt.run(str(root), "ai-infer.slice", 800000, check_mode=True)
+    assert "pending" not in checked and checked["ready"] is False and kernel.log == []
+    started = make_tree(tmp_path / "started", CONTAINER, sysroot=DOCKER)
+    real = rt.run(str(started), "ai-infer.slice", 800000)
+    assert checked["reason"].replace(str(root), "") == real["reason"].replace(str(started), "")
+    assert all(lv["after"] == lv["before"] for lv in checked["levels"])
 
 
 def test_check_mode_plans_and_writes_nothing(device, kernel):
