@@ -16,8 +16,12 @@ Check kinds:
              it: a key the intent dropped must have its old tokens back, or be
              gone; an out-of-date record is drift too).
 ``value``    a runtime value such as a sysfs attribute: running only.  Keys:
-             path, desired, compare (``text``, ``cpulist``, or ``bytes``: a
-             memory limit the kernel rounded down to whole pages).
+             path, desired, compare (``text``, ``cpulist``, ``bytes``: a
+             memory limit the kernel rounded down to whole pages, or
+             ``ram-share``: a limit given as NN% of the RAM, which systemd
+             resolves against MemTotal when it loads the unit; MemTotal moves
+             by some KiB from boot to boot and on VMs within a boot, so the
+             check takes today's MemTotal and allows 0.1% of it).
 ``file``     a persisted file (unit, config, state file): its sha1 against the
              sha1 of the content the role renders.  Keys: path, sha1.
 ``irq_affinity``  interrupt steering (role edge_cpu), running only, classified by
@@ -74,6 +78,7 @@ setting waiting for its reboot, not drift), unsupported, error.
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -98,6 +103,8 @@ except ImportError:  # an on-device install without edge_irq.py: only the irq_af
 
 # The largest page size a memory limit is rounded down to (arm64 64 KiB pages).
 PAGE_ROUNDING = 65536
+# How far MemTotal may have moved since systemd resolved a NN% memory limit.
+RAM_SHARE_SLACK = 0.001
 STATES = ("ok", "drifted", "pending-reboot", "unsupported", "error")
 
 
@@ -147,10 +154,33 @@ def check_value(check, root):
     elif check.get("compare") == "bytes" and running.isdigit() and desired.isdigit():
         # The kernel rounds a memory limit down to whole pages (4-64 KiB).
         same = 0 <= int(desired) - int(running) < PAGE_ROUNDING
+    elif check.get("compare") == "ram-share" and running.isdigit():
+        ram = mem_total_bytes(root)
+        share = ram_share(desired)
+        if ram is None or share is None:
+            return "error", "cannot resolve %r against MemTotal in /proc/meminfo" % desired, None, running
+        wanted = int(ram * share)
+        same = -ram * RAM_SHARE_SLACK < wanted - int(running) < PAGE_ROUNDING + ram * RAM_SHARE_SLACK
+        desired = "%s (%d bytes of MemTotal %d)" % (desired, wanted, ram)
     else:
         same = running == desired
     detail = "" if same else "%s is %r, desired %r" % (check["path"], running, desired)
     return ("ok" if same else "drifted"), detail, None, running
+
+
+def ram_share(text):
+    """'75%' or '12.5%' -> 0.75 or 0.125; None when not a percentage."""
+    match = re.match(r"^\s*([0-9]+(?:\.[0-9]+)?)%\s*$", str(text))
+    return float(match.group(1)) / 100 if match else None
+
+
+def mem_total_bytes(root):
+    """MemTotal of /proc/meminfo in bytes, None when unreadable."""
+    try:
+        match = re.search(r"^MemTotal:\s+([0-9]+) kB", _read(root, "/proc/meminfo"), re.M)
+    except OSError:
+        return None
+    return int(match.group(1)) * 1024 if match else None
 
 
 def check_file(check, root):

@@ -332,9 +332,6 @@ def slice_name_problem(name):
     return None
 
 
-RAM_SHARE_GRAIN = 1024 * 1024
-
-
 def slice_plan(settings):
     """The inference slice's settings checked against the board, all at once.
 
@@ -370,14 +367,11 @@ def slice_plan(settings):
                              "at most %d%%" % (len(cpus), s.get("cpulist", ""), 100 * len(cpus))))
 
     ram = int(s.get("ram_bytes") or 0)
-    # A percentage is of MemTotal rounded down to 1 MiB: MemTotal moves by a few KiB from one boot
-    # to the next (the kernel's reservations), and the limit must not (the audit compares it).
-    ram_for_share = ram - ram % RAM_SHARE_GRAIN if ram >= RAM_SHARE_GRAIN else ram
     limits = {}
     for key in ("memory_max", "memory_high"):
         value = s.get(key)
         try:
-            limits[key] = memory_bytes(value, ram_for_share)
+            limits[key] = memory_bytes(value, ram)
         except ValueError as exc:
             problems.append(("edge_cgroups_" + key, value, str(exc)))
             continue

@@ -53,8 +53,10 @@ RECORDED_ROLES = {
 RECORD_DIR = "/etc/edgetune/applied"
 # Plan fields that describe the running device, not its desired state: they
 # change across the apply's own reboot (a power mode that brings a cluster
-# online), so they are left out of the recorded inputs.
-OBSERVED = {"cpu": ("offline_inference",)}
+# online; MemTotal, which a NN% memory limit is resolved against, moves by
+# some KiB from boot to boot), so they are left out of the recorded inputs.
+# The memory limits stay recorded as given (memory_max, memory_high).
+OBSERVED = {"cpu": ("offline_inference",), "slice": ("memory_max_bytes", "memory_high_bytes")}
 
 
 class PlanError(ValueError):

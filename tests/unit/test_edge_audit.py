@@ -389,6 +389,29 @@ def test_memory_limits_compare_as_bytes_rounded_down_to_pages(tmp_path):
     assert evaluate(check, str(tmp_path))["state"] == "drifted"
 
 
+def test_memory_limits_given_as_a_share_of_the_ram_follow_memtotal(tmp_path):
+    limit = tmp_path / "sys/fs/cgroup/ai.slice/ai-infer.slice/memory.max"
+    limit.parent.mkdir(parents=True)
+    (tmp_path / "proc").mkdir()
+    meminfo = tmp_path / "proc/meminfo"
+    check = {"setting": "MemoryMax", "kind": "value", "path": "/sys/fs/cgroup/ai.slice/ai-infer.slice/memory.max",
+             "desired": "90%", "compare": "ram-share"}
+    meminfo.write_text("MemTotal:       24684096 kB\nMemFree:        1 kB\n")
+    limit.write_text("22748860416\n")  # what systemd and the kernel made of MemoryMax=90% of that MemTotal
+    assert evaluate(check, str(tmp_path))["state"] == "ok"
+    # MemTotal moved by 62 KiB since systemd resolved the limit (a VM's memory): still the same limit.
+    meminfo.write_text("MemTotal:       24684158 kB\n")
+    assert evaluate(check, str(tmp_path))["state"] == "ok"
+    limit.write_text("%d\n" % int(24684096 * 1024 * 0.8))  # MemoryMax=80% written by hand
+    result = evaluate(check, str(tmp_path))
+    assert result["state"] == "drifted" and "90%" in result["detail"], result
+    limit.write_text("max\n")
+    assert evaluate(check, str(tmp_path))["state"] == "drifted"
+    meminfo.write_text("MemFree: 1 kB\n")
+    limit.write_text("22748860416\n")
+    assert evaluate(check, str(tmp_path))["state"] == "error"
+
+
 # --------------------------------------------------------------------------
 # nvpmodel: the power mode by name, running (nvpmodel -q) and recorded for the boot
 

@@ -187,6 +187,24 @@ def test_audit_inputs_do_not_change_when_an_offline_cluster_comes_online():
     assert before["audit"] == after["audit"]
 
 
+def test_audit_inputs_do_not_change_when_memtotal_moves_by_some_kib():
+    """MemoryMax=90% is systemd's to resolve; MemTotal moves across reboots (and on VMs within a boot).
+    A limit given in bytes, or a new percentage, is a change of the inputs."""
+    facts, profile = board("orin-nx")
+    options = dict((role, list(o)) for role, o in SPECS.items())
+
+    def audit_of(memory_kb, **extra):
+        moved = dict(facts, memory_kb=memory_kb)
+        checked = intent.validate(extra, SPECS, facts=moved, profile=profile)
+        return edge_plan.build(checked["intent"], moved, profile, checked["partition"], checked["slice"],
+                               role_options=options)["audit"]["roles"]["edge_cgroups"]["inputs"]
+
+    kb = facts["memory_kb"]
+    assert audit_of(kb) == audit_of(kb + 62)
+    assert audit_of(kb) != audit_of(kb, edge_cgroups_memory_max="80%")
+    assert audit_of(kb, edge_cgroups_memory_max="2G") != audit_of(kb, edge_cgroups_memory_max="3G")
+
+
 @pytest.mark.controller
 def test_code_digests_follow_the_role_files_and_the_modules(tmp_path):
     from ansible_collections.edgetune.fleet.plugins.action.edge_plan import code_digests

@@ -26,7 +26,7 @@ def test_defaults_give_molecules_expectations_for_the_orin_nx():
     assert got["sysctls"] == {"kernel/sched_rt_runtime_us": "950000", "kernel/timer_migration": "0",
                               "vm/stat_interval": "10"}
     assert got["slice"] == {"name": "ai-infer.slice", "quota_cpus": 4, "weight": 1000,
-                            "memory_max": {"bytes": int(16 * 1024 ** 3 * 0.9)}, "confine_system": True,
+                            "memory_max": {"fraction": 0.9}, "confine_system": True,
                             "probe": True, "probe_priority": 10}
     assert got["power"]["inference"] == [4] and got["power"]["devfreq"] == ["17000000.gpu"]
     assert got["power"]["mode"] == "MAXN_SUPER" and got["power"]["pinned"] is True

@@ -29,6 +29,8 @@ import yaml
 from edgetune import REPO
 from edgetune.errors import UsageError
 
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import ram_share
+
 PLAN_TASK = "Desired state for edgetune verify"
 TESTS = Path("molecule") / "shared" / "tests"
 
@@ -113,6 +115,15 @@ def policies_of(settings, clusters):
     return sorted(found)
 
 
+def memory_limit(given, size):
+    """The slice's memory limit as the checks take it: a share of MemTotal for NN% (systemd resolves it
+    when it loads the unit), else the plan's bytes; None for no limit."""
+    share = ram_share(given)
+    if share is not None:
+        return {"fraction": share}
+    return {"bytes": size} if size is not None else None
+
+
 def expectations(report, defaults):
     """The shared checks' expectations for one device (the shape of molecule's EXPECTED, SETS, POWER).
 
@@ -144,7 +155,7 @@ def expectations(report, defaults):
         "slice": None if not piece["enabled"] else {
             "name": piece["name"], "quota_cpus": float(quota[:-1]) / 100 if quota.endswith("%") else None,
             "weight": piece["cpu_weight"],
-            "memory_max": {"bytes": piece["memory_max_bytes"]} if piece["memory_max_bytes"] is not None else None,
+            "memory_max": memory_limit(piece["memory_max"], piece["memory_max_bytes"]),
             "confine_system": truthy(intent.get("edge_cgroups_confine_system", True)),
             "probe": truthy(intent.get("edge_cgroups_probe", True)),
             "probe_priority": int(intent.get("edge_cgroups_probe_priority", 10))},
