@@ -143,3 +143,21 @@ def test_site_converges_the_captured_twins_and_verify_passes(fleet):
         # molecule checks kernel.numa_balancing on its own (0 where the kernel has it).
         assert mine["sysctls"].pop("kernel/numa_balancing", "0") == "0" and mine["sysctls"] == hand["sysctls"]
     print("capture + 2 twins up: %.0f s; site.yml: %.0f s; verify: %.0f s" % (fleet["booted"], converged, verified))
+
+
+def test_verify_fails_after_a_drift_naming_the_setting(fleet):
+    """After the converge above: a governor set back by hand on one twin fails verify there, named."""
+    name = TWINS[1]
+    policy = "/sys/devices/system/cpu/cpufreq/policy4/scaling_governor"   # the Orin NX's inference cluster
+    subprocess.run(["docker", "exec", name, "sh", "-c", "echo schedutil > %s" % policy], check=True)
+    junit = fleet["work"] / "verify-drift.xml"
+    done = edgetune("verify", "-l", name, "-i", str(fleet["inventory"] / "hosts.yml"), "--junit", str(junit),
+                    env=fleet["env"], check=False)
+    assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
+    # One check fails, on that twin, naming the file and the value it found.
+    failed = re.findall(r"^FAILED \S+::(\w+)\[ansible://([\w-]+)\] - AssertionError: (\S+)$", done.stdout, re.M)
+    assert failed == [("test_governors_and_limits_read_back", name, policy)], done.stdout[-4000:]
+    assert "'schedutil' == 'performance'" in done.stdout, done.stdout[-4000:]
+    suite = ElementTree.parse(str(junit)).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    assert int(suite.get("failures")) == 1

@@ -85,12 +85,15 @@ def sysfs_state(host, power):
 def assert_tuned(host, power):
     state = sysfs_state(host, power)
     for policy in power["inference"]:
-        assert state[CPUFREQ % policy + "/scaling_governor"] == "performance", policy
+        governor = CPUFREQ % policy + "/scaling_governor"
+        assert state[governor] == "performance", governor
     for policy in power["housekeeping"]:
         # Housekeeping clusters keep the board's default governor.
-        assert state[CPUFREQ % policy + "/scaling_governor"] == power["housekeeping_governor"], policy
+        governor = CPUFREQ % policy + "/scaling_governor"
+        assert state[governor] == power["housekeeping_governor"], governor
     for node in power["devfreq"]:
-        assert state[DEVFREQ % node + "/governor"] == "performance", node
+        governor = DEVFREQ % node + "/governor"
+        assert state[governor] == "performance", governor
     if power["mode"]:
         mode = host.check_output("nvpmodel -q | grep -A1 'NV Power Mode:'").splitlines()
         assert mode[0] == "NV Power Mode: %s" % power["mode"] and int(mode[1]) == int(mode_id(host, power["mode"]))
