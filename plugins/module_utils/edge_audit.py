@@ -82,11 +82,12 @@ import re
 import shutil
 import subprocess
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_bootfile import plan_files, plan_managed
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_bootfile import (
+    BOOT_ID, plan_files, plan_managed, read_boot_id)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_clocks import (
     find_program, not_pinned, parse_show)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import (
-    pending_changes, split_cmdline, token_key)
+    describe_changes, pending_changes, split_cmdline, token_key)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import (
     format_cpulist, parse_cpulist, parse_cpumask)
 
@@ -121,26 +122,30 @@ def check_cmdline(check, root):
     args, absent = list(check.get("args") or []), list(check.get("absent") or [])
     path = _under(root, check["path"])
     record = _under(root, check["record"]) if check.get("record") else None
-    managed = plan_managed(check["bootloader"], path, args, absent, record, check.get("keep") or ())
+    managed = plan_managed(check["bootloader"], path, args, absent, record, check.get("keep") or (),
+                           boot_id=read_boot_id(_under(root, BOOT_ID)))
     args, absent, plans = managed.args, managed.absent, managed.plans
     persisted = plan_files(check["bootloader"], path, [], [])[0].persisted  # the file as it is
     boot_file_ok = all(plan.after == plan.before for plan in plans)
     running = split_cmdline(_read(root, "/proc/cmdline"))
-    pending = pending_changes(running, args, absent)
     if not boot_file_ok:
-        missing = pending_changes(persisted, args, absent)
-        if not missing:  # the right tokens, in another order or number
-            planned = plans[0].persisted
-            missing = ["%s= as %s" % (key, " ".join(t for t in planned if token_key(t) == key))
-                       for key in sorted(set(map(token_key, persisted + planned)))
-                       if [t for t in persisted if token_key(t) == key] != [t for t in planned if token_key(t) == key]]
-        missing = missing or ["fallback entry or formatting"]
-        return "drifted", "boot file %s lacks: %s" % (check["path"], " ".join(missing)), persisted, running
+        edits = (describe_changes(persisted, args, absent) or _reordered(persisted, plans[0].persisted)
+                 or "to restore: the fallback entry or formatting")
+        return "drifted", "boot file %s, %s" % (check["path"], edits), persisted, running
     if managed.record is not None and managed.record.after != managed.record.before:
         return "drifted", "record %s does not list the managed arguments" % check["record"], persisted, running
-    if pending:
-        return "pending-reboot", "in the boot file, not running yet: %s" % " ".join(pending), persisted, running
+    if pending_changes(running, args, absent):
+        waiting = describe_changes(running, args, absent)
+        return "pending-reboot", "in the boot file, waiting for a reboot: %s" % waiting, persisted, running
     return "ok", "", persisted, running
+
+
+def _reordered(persisted, planned):
+    """'to set: key= as ...' for the keys whose tokens are right but in another order or number."""
+    def of(tokens, key):
+        return [t for t in tokens if token_key(t) == key]
+    keys = [key for key in sorted(set(map(token_key, persisted + planned))) if of(persisted, key) != of(planned, key)]
+    return ("to set: " + " ".join("%s= as %s" % (key, " ".join(of(planned, key))) for key in keys)) if keys else ""
 
 
 def check_value(check, root):

@@ -164,17 +164,31 @@ def plan_files(bootloader, path, args, absent, extra_paths=(), fallback=True, ru
     return plans
 
 
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def read_boot_id(path=BOOT_ID):
+    """The running boot's id, None where the kernel does not say (a fixture tree)."""
+    try:
+        with open(path) as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
 def plan_managed(bootloader, path, args, absent, record_path=None, keep=(), extra_paths=(), fallback=True,
-                 running=None):
+                 running=None, boot_id=None):
     """plan_files for args kept in a record (see reconcile_record): keys set by an
-    earlier run and no longer wanted get their old tokens back or are removed."""
+    earlier run and no longer wanted get their old tokens back or are removed,
+    and stay planned until the boot ``boot_id`` is over."""
     if not record_path:
         plans = plan_files(bootloader, path, args, absent, extra_paths, fallback, running)
         return ManagedPlan(plans, None, list(args), list(absent), [], [])
     record_text = _read(record_path, missing_ok=True)
     record = parse_record(record_text, record_path)
     persisted_now = plan_files(bootloader, path, [], [], extra_paths, fallback, running)[0].persisted
-    args, absent, new_record, restored, dropped = reconcile_record(record, args, absent, persisted_now, keep)
+    args, absent, new_record, restored, dropped = reconcile_record(record, args, absent, persisted_now, keep,
+                                                                   boot_id)
     plans = plan_files(bootloader, path, args, absent, extra_paths, fallback, running)
     record_plan = FilePlan(record_path, record_text, render_record(new_record), None)
     return ManagedPlan(plans, record_plan, args, absent, restored, dropped)

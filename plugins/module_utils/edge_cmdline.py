@@ -178,12 +178,21 @@ def args_satisfied(tokens, args, absent):
 
 def pending_changes(running_tokens, args, absent):
     """Args missing from ``running_tokens`` and absent items still in it."""
-    missing = [a for a in args if a not in running_tokens]
-    lingering = [
-        item for item in absent
-        if any(_matches_absent(t, item) for t in running_tokens)
-    ]
+    missing, lingering = changes_to_make(running_tokens, args, absent)
     return missing + lingering
+
+
+def changes_to_make(tokens, args, absent):
+    """``(to_add, to_remove)``: the args missing from ``tokens``, the absent items still in them."""
+    return [a for a in args if a not in tokens], _absent_still_set(tokens, absent)
+
+
+def describe_changes(tokens, args, absent):
+    """'to add: a b; to remove: c' for what ``tokens`` still need."""
+    to_add, to_remove = changes_to_make(tokens, args, absent)
+    parts = [("to add: " + " ".join(to_add)) if to_add else "",
+             ("to remove: " + " ".join(to_remove)) if to_remove else ""]
+    return "; ".join(part for part in parts if part)
 
 
 def _absent_still_set(tokens, absent):
@@ -849,11 +858,28 @@ def parse_record(text, name="the record"):
             "fix it, or remove it if edgetune never set boot arguments here (the boot files' "
             "edgetune backups, next to them, hold their earlier content)"
         )
-    return {"args": args, "replaced": replaced}
+    unbooted = data.get("unbooted")
+    if unbooted is not None and not _is_unbooted(unbooted):
+        raise ValueError(
+            f"{name}: 'unbooted' is not an object with a string 'boot_id' and lists 'args' and 'absent': "
+            "remove that key (it only remembers changes waiting for a reboot)"
+        )
+    record = {"args": args, "replaced": replaced}
+    if unbooted is not None:
+        record["unbooted"] = unbooted
+    return record
+
+
+def _is_unbooted(value):
+    return (isinstance(value, dict) and isinstance(value.get("boot_id"), str)
+            and all(isinstance(value.get(k), list) and all(isinstance(t, str) for t in value[k])
+                    for k in ("args", "absent")))
 
 
 def render_record(record):
     body = {"managed_by": RECORD_OWNER, "args": record["args"], "replaced": record["replaced"]}
+    if record.get("unbooted"):
+        body["unbooted"] = record["unbooted"]
     return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
 
@@ -861,13 +887,22 @@ def _unique(items):
     return list(OrderedDict.fromkeys(items))
 
 
-def reconcile_record(record, args, absent, persisted, keep=()):
+def reconcile_record(record, args, absent, persisted, keep=(), boot_id=None):
     """Turn the managed args into one edit, and the record to keep after it.
 
     ``record``: from parse_record; ``persisted``: what the boot file gives the
     next boot now. Returns ``(args, absent, new_record, restored, dropped)``:
     ``args`` plus the old tokens of keys that left the intent, ``absent`` plus
     the keys that left it with nothing to restore (except those in ``keep``).
+
+    ``boot_id``: the running boot's (/proc/sys/kernel/random/boot_id). A key
+    that leaves the intent is gone from the record after the run that takes
+    it out of the boot file, yet keeps running until the reboot: the record's
+    ``unbooted`` part remembers, for the boot it was written in, the tokens
+    restored and the keys dropped, and later runs of the same boot still plan
+    them (so the change stays pending-reboot, with no reboot policy taking
+    it). Another boot ignores them, and they are replaced only by the next
+    drop, so the record does not change after the reboot.
     """
     wanted = _unique(token_key(a) for a in args)
     removed = set(token_key(a) for a in absent)
@@ -881,6 +916,14 @@ def reconcile_record(record, args, absent, persisted, keep=()):
             restored += [t for t in before if t not in restored]
         elif key not in keep:
             dropped.append(key)
+    unbooted = record.get("unbooted")
+    still_args, still_absent = [], []
+    if unbooted and boot_id and unbooted["boot_id"] == boot_id:
+        taken = set(wanted) | removed | set(map(token_key, restored)) | set(dropped)
+        still_args = [t for t in unbooted["args"] if token_key(t) not in taken]
+        still_absent = [k for k in unbooted["absent"] if k not in taken]
+    if boot_id and (restored or dropped):
+        unbooted = {"boot_id": boot_id, "args": still_args + restored, "absent": still_absent + dropped}
     replaced = OrderedDict()
     for key in wanted:
         if key in managed_before:
@@ -889,4 +932,7 @@ def reconcile_record(record, args, absent, persisted, keep=()):
         else:
             replaced[key] = [t for t in persisted if t != CBOOTARGS and token_key(t) == key]
     new_record = {"args": list(args), "replaced": dict(replaced)}
-    return list(args) + restored, list(absent) + dropped, new_record, restored, dropped
+    if unbooted:
+        new_record["unbooted"] = unbooted
+    return (list(args) + restored + still_args, list(absent) + dropped + still_absent, new_record,
+            restored, dropped)

@@ -125,7 +125,7 @@ results:
       description: What differs, or why the setting is in this state, in words.
       returned: always
       type: str
-      sample: "in the boot file, not running yet: isolcpus=managed_irq,domain,4-7"
+      sample: "in the boot file, waiting for a reboot: to add: isolcpus=managed_irq,domain,4-7; to remove: quiet"
     desired:
       description: The desired value (its type depends on the check's C(kind)).
       returned: always

@@ -230,6 +230,9 @@ reboot_required:
   description:
     - True when an O(args) item is not in RV(running) or an O(absent) item still is, whether or
       not this run changed a file.
+    - With O(record), a key that left O(args) and that a run of this boot took out of the boot
+      file (or gave its old tokens back) stays pending until the next boot, on every run, not only
+      on the run that edited the file.
   returned: success
   type: bool
   sample: true
@@ -239,6 +242,11 @@ pending:
   type: list
   elements: str
   sample: ["isolcpus=4-7"]
+waiting:
+  description: RV(pending) in words, what the next boot adds and removes; empty when nothing waits.
+  returned: success
+  type: str
+  sample: "to add: isolcpus=4-7; to remove: quiet"
 restored:
   description: Tokens put back because their key left O(args) (see O(record)).
   returned: success
@@ -275,10 +283,12 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_bootfile impor
     guard_plans,
     plan_files,
     plan_managed,
+    read_boot_id,
     require_boot_file,
 )
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import (  # noqa: E402
     args_satisfied,
+    describe_changes,
     extlinux_fallback_label,
     pending_changes,
     split_cmdline,
@@ -293,6 +303,11 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import 
 # The options that are lists. AnsibleModule would turn a string into a list
 # by splitting it at commas ("isolcpus=1,2" -> two arguments): refused instead.
 LIST_OPTIONS = ("args", "absent", "extra_paths", "update_command", "keep")
+
+
+def boot_id_path(cmdline_path):
+    """The boot id in the proc tree the command line is read from (/proc, or a fixture's)."""
+    return os.path.join(os.path.dirname(cmdline_path), "sys", "kernel", "random", "boot_id")
 
 
 class ModuleFailure(Exception):
@@ -436,7 +451,7 @@ def run_module(params, check_mode=False, want_diff=False, run_command=None,
     cmdline_path = params.get("cmdline_path") or "/proc/cmdline"
     running = split_cmdline(_read(cmdline_path))
     managed = plan_managed(bootloader, path, args, absent, params.get("record"), keep,
-                           extra_paths, fallback, running)
+                           extra_paths, fallback, running, read_boot_id(boot_id_path(cmdline_path)))
     args, absent, plans = managed.args, managed.absent, managed.plans
     changed = [plan for plan in plans if plan.after != plan.before]
     # The whole entry, before anything is written (check mode too): a refusal
@@ -482,6 +497,7 @@ def run_module(params, check_mode=False, want_diff=False, run_command=None,
         "running": running,
         "reboot_required": bool(pending),
         "pending": pending,
+        "waiting": describe_changes(running, args, absent),
         "fallback_label": (extlinux_fallback_label(plans[0].after)
                            if bootloader == "extlinux" else None),
         "restored": managed.restored,

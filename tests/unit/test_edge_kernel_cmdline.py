@@ -499,6 +499,73 @@ class TestRecord:
             run(tmp_path, bootloader="extlinux", record=str(record), args=["isolcpus=4-7"])
         assert (snapshot(conf), snapshot(record)) == before
 
+    def boot(self, tmp_path, conf, boot_id):
+        """A (re)boot of the fixture device: /proc/cmdline from the default entry, a new boot id."""
+        boot_id_file = tmp_path / "sys/kernel/random/boot_id"
+        boot_id_file.parent.mkdir(parents=True, exist_ok=True)
+        boot_id_file.write_text(boot_id + "\n")
+        return str(cmdline_file(tmp_path, " ".join(default_append(conf)) + "\n"))
+
+    def test_a_dropped_key_stays_pending_until_the_reboot_without_a_reboot_policy(self, tmp_path):
+        """nohz_full and isolcpus leave the intent: their removal stays pending on every run of the same
+        boot (no policy rebooted), and is not pending, nor the record changed, after the reboot."""
+        conf, record = self.setup_device(tmp_path)
+        cmdline = self.boot(tmp_path, conf, "boot-1")
+        run(tmp_path, bootloader="extlinux", record=str(record), cmdline_path=cmdline,
+            args=["nohz_full=4-7", "isolcpus=4-7", "quiet"])
+        cmdline = self.boot(tmp_path, conf, "boot-2")
+        tuned = run(tmp_path, bootloader="extlinux", record=str(record), cmdline_path=cmdline,
+                    args=["nohz_full=4-7", "isolcpus=4-7", "quiet"])
+        assert tuned["changed"] is False and tuned["reboot_required"] is False
+
+        first = run(tmp_path, bootloader="extlinux", record=str(record), cmdline_path=cmdline, args=["quiet"])
+        assert first["changed"] is True and first["dropped"] == ["nohz_full", "isolcpus"]
+        assert "nohz_full=4-7" not in default_append(conf) and first["reboot_required"] is True
+        for _ in range(2):   # later runs of the same boot: nothing to write, still waiting for the reboot
+            again = run(tmp_path, bootloader="extlinux", record=str(record), cmdline_path=cmdline, args=["quiet"])
+            assert again["changed"] is False and again["reboot_required"] is True
+            assert again["pending"] == ["nohz_full", "isolcpus"]
+        kept = record.read_text()
+        assert json.loads(kept)["unbooted"] == {"boot_id": "boot-2", "args": [], "absent": ["nohz_full", "isolcpus"]}
+
+        cmdline = self.boot(tmp_path, conf, "boot-3")
+        after = run(tmp_path, bootloader="extlinux", record=str(record), cmdline_path=cmdline, args=["quiet"])
+        assert after["changed"] is False and after["reboot_required"] is False and after["pending"] == []
+        assert record.read_text() == kept
+
+    def test_restored_vendor_tokens_stay_pending_until_the_reboot(self, tmp_path):
+        conf, record = self.setup_device(tmp_path)
+        consoles = [t for t in default_append(conf) if t.startswith("console=")]
+        run(tmp_path, bootloader="extlinux", record=str(record), cmdline_path=self.boot(tmp_path, conf, "boot-1"),
+            args=["console=ttyS0,115200"])
+        cmdline = self.boot(tmp_path, conf, "boot-2")
+        dropped = run(tmp_path, bootloader="extlinux", record=str(record), cmdline_path=cmdline, args=[])
+        assert dropped["restored"] == consoles and dropped["reboot_required"] is True
+        again = run(tmp_path, bootloader="extlinux", record=str(record), cmdline_path=cmdline, args=[])
+        assert again["changed"] is False and again["pending"] == consoles
+        # Asked for again in the same boot: it is the intent's again, nothing left over.
+        back = run(tmp_path, bootloader="extlinux", record=str(record), cmdline_path=cmdline,
+                   args=["console=ttyS0,115200"])
+        assert back["changed"] is True and back["reboot_required"] is False
+
+    def test_without_a_boot_id_nothing_is_carried(self, tmp_path):
+        conf, record = self.setup_device(tmp_path)
+        cmdline = str(cmdline_file(tmp_path, " ".join(default_append(conf)) + " nohz_full=4-7\n"))
+        run(tmp_path, bootloader="extlinux", record=str(record), cmdline_path=cmdline, args=["nohz_full=4-7"])
+        run(tmp_path, bootloader="extlinux", record=str(record), cmdline_path=cmdline, args=[])
+        assert "unbooted" not in json.loads(record.read_text())
+
+    @pytest.mark.parametrize("unbooted", ['"x"', '{"boot_id": 1, "args": [], "absent": []}',
+                                          '{"boot_id": "b", "args": "quiet", "absent": []}'])
+    def test_a_malformed_unbooted_part_is_refused_and_nothing_written(self, tmp_path, unbooted):
+        conf, record = self.setup_device(tmp_path)
+        record.parent.mkdir(parents=True)
+        record.write_text('{"args": [], "replaced": {}, "unbooted": %s}' % unbooted)
+        before = snapshot(conf), snapshot(record)
+        with pytest.raises(ValueError, match="'unbooted' is not an object"):
+            run(tmp_path, bootloader="extlinux", record=str(record), args=["isolcpus=4-7"])
+        assert (snapshot(conf), snapshot(record)) == before
+
     def test_armbian_extra_that_replaced_root_gives_rootdev_back(self, tmp_path):
         env = install(tmp_path, "armbianEnv_rock5b.txt", "boot/armbianEnv.txt")
         record = tmp_path / "bootargs.json"
