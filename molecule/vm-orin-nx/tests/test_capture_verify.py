@@ -12,6 +12,7 @@ Runs before test_vm.py (file order), on the converged VM; reads the VM only.
 import hashlib
 import json
 import os
+import re
 import subprocess
 import time
 import xml.etree.ElementTree as ElementTree
@@ -120,3 +121,19 @@ def test_verify_against_the_vm_itself(captured):
         assert ran.get(check), (check, ran)
     digest = hashlib.sha256(junit.read_bytes()).hexdigest()[:12]
     print("verify of the VM in %.0f s (report %s)" % (time.time() - started, digest))
+
+
+def test_verify_fails_on_the_vm_after_a_drift_naming_the_setting(host, captured):
+    """A sysctl set back by hand on the VM: verify exits 1, with that one check failed and the setting named."""
+    path = "/proc/sys/kernel/timer_migration"
+    tuned = read(host, path)
+    host.run_expect([0], "echo %d > %s" % (1 - int(tuned), path))
+    try:
+        done = edgetune("verify", "-l", VM, "-i", os.environ["MOLECULE_INVENTORY_FILE"], *SKIPPED_ROLES,
+                        env=captured["env"])
+    finally:
+        host.run_expect([0], "echo %s > %s" % (tuned, path))
+    assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
+    failed = re.findall(r"^FAILED \S+::(\w+)\[ansible://([\w-]+)\] - AssertionError: (\S+)$", done.stdout, re.M)
+    assert failed == [("test_kernel_settings_running_and_persisted", VM, "kernel/timer_migration")], \
+        done.stdout[-4000:]
