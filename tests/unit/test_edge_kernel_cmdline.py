@@ -521,10 +521,10 @@ class TestRecord:
         first = run(tmp_path, bootloader="extlinux", record=str(record), cmdline_path=cmdline, args=["quiet"])
         assert first["changed"] is True and first["dropped"] == ["nohz_full", "isolcpus"]
         assert "nohz_full=4-7" not in default_append(conf) and first["reboot_required"] is True
-        for _ in range(2):   # later runs of the same boot: nothing to write, still waiting for the reboot
+        for later in ("second run", "third run"):   # of the same boot: nothing to write, still waiting
             again = run(tmp_path, bootloader="extlinux", record=str(record), cmdline_path=cmdline, args=["quiet"])
-            assert again["changed"] is False and again["reboot_required"] is True
-            assert again["pending"] == ["nohz_full", "isolcpus"]
+            assert again["changed"] is False and again["reboot_required"] is True, later
+            assert again["pending"] == ["nohz_full", "isolcpus"], later
         kept = record.read_text()
         assert json.loads(kept)["unbooted"] == {"boot_id": "boot-2", "args": [], "absent": ["nohz_full", "isolcpus"]}
 
