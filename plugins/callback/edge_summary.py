@@ -24,12 +24,18 @@ requirements:
     E(ANSIBLE_CALLBACKS_ENABLED).
 notes:
   - Set E(EDGETUNE_NO_SUMMARY) to leave the summary out (machine-readable runs such as C(edgetune audit)).
+  - Set E(EDGETUNE_SUMMARY_JSON) to a file path to have each run append one JSON line to it, for dashboards
+    and CI, printed or not - C(playbook), C(check_mode), C(wall_s), and per host its C(state) (C(ok),
+    C(FAILED), C(UNREACHABLE)), C(board), C(release), C(changed) (the names of the tasks that changed, or
+    would in check mode, in the order they ran) and C(gate).
   - Hosts without a board profile that ran without failing (such as C(localhost)) are left out.
 """
 
+import json  # noqa: E402
 import os  # noqa: E402
 import time  # noqa: E402
 
+from ansible import context  # noqa: E402
 from ansible.plugins.callback import CallbackBase  # noqa: E402
 
 
@@ -66,6 +72,10 @@ class CallbackModule(CallbackBase):
         super().__init__()
         self.started = time.time()
         self.hosts = {}
+        self.playbook = None
+
+    def v2_playbook_on_start(self, playbook):
+        self.playbook = getattr(playbook, "_file_name", None)
 
     def host(self, result):
         return self.hosts.setdefault(result._host.get_name(), {
@@ -92,15 +102,19 @@ class CallbackModule(CallbackBase):
         self.host(result)
 
     def v2_playbook_on_stats(self, stats):
+        for name, entry in self.hosts.items():
+            # The play's own count: a failure a block rescued is not a failed host.
+            counts = stats.summarize(name)
+            entry["state"] = ("UNREACHABLE" if counts["unreachable"] else
+                              "FAILED" if counts["failures"] else "ok")
+        wall = time.time() - self.started
+        if os.environ.get("EDGETUNE_SUMMARY_JSON"):
+            self.append_json(os.environ["EDGETUNE_SUMMARY_JSON"], wall)
         if os.environ.get("EDGETUNE_NO_SUMMARY"):  # machine-readable runs (edgetune audit)
             return
         self._display.banner("EDGETUNE FLEET SUMMARY")
         for name in sorted(self.hosts):
             entry = self.hosts[name]
-            # The play's own count: a failure a block rescued is not a failed host.
-            counts = stats.summarize(name)
-            entry["state"] = ("UNREACHABLE" if counts["unreachable"] else
-                              "FAILED" if counts["failures"] else "ok")
             if entry["board"] == "?" and entry["state"] == "ok":
                 continue  # not a device (e.g. localhost in molecule's create step)
             changes = ", ".join(entry["changed"]) if entry["changed"] else "no change"
@@ -108,4 +122,13 @@ class CallbackModule(CallbackBase):
                 name, entry["state"], entry["board"], entry["release"], changes))
             if entry["gate"]:
                 self._display.display("%-24s gate: %s" % ("", entry["gate"]))
-        self._display.display("wall time: %.1f s" % (time.time() - self.started))
+        self._display.display("wall time: %.1f s" % wall)
+
+    def append_json(self, path, wall):
+        line = json.dumps({"playbook": self.playbook, "check_mode": bool(context.CLIARGS.get("check")),
+                           "wall_s": round(wall, 1), "hosts": self.hosts}, sort_keys=True)
+        try:
+            with open(path, "a") as handle:
+                handle.write(line + "\n")
+        except OSError as err:  # the summary never fails a run
+            self._display.warning("edge_summary: cannot append to %s: %s" % (path, err))

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import subprocess
+import tempfile
 
 import pytest
 
@@ -100,13 +101,24 @@ def format_cpulist(cpus):
     return ",".join(out)
 
 
-def run_site(host, *extra):
+def run_site(host, *extra, env=None):
     """ansible-playbook site.yml against this one twin, as the user runs it."""
     project = os.environ["MOLECULE_PROJECT_DIRECTORY"]
     argv = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
             "-l", host.backend.host, os.path.join(project, "site.yml"), *extra]
-    return subprocess.run(argv, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, check=False, env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0"))
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", **(env or {}))
+    return subprocess.run(argv, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          check=False, env=env)
+
+
+def run_site_with_summary(host, *extra):
+    """run_site, and this twin's line of the run's JSON summary (edge_summary): the changed
+    tasks, by name, that the run made or would make in check mode."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "summary.jsonl")
+        result = run_site(host, *extra, env={"EDGETUNE_SUMMARY_JSON": path})
+        with open(path) as handle:
+            return result, json.loads(handle.read().splitlines()[-1])["hosts"][host.backend.host]
 
 
 def recap(output, name):
@@ -152,3 +164,17 @@ def same_but_argument_order(before, after):
                 lines.append(line)
         return lines
     return normal(before) == normal(after)
+
+
+CONVERGED_CHECK_RUNS = {}
+
+
+def converged_check_run(host, boot_file):
+    """One `site.yml --check --diff` on the converged twin, shared by the test files that read
+    it (each run costs minutes): its result and the boot file's digest before and after."""
+    name = host.backend.host
+    if name not in CONVERGED_CHECK_RUNS:
+        before = host.check_output("md5sum %s" % boot_file)
+        result = run_site(host, "--check", "--diff")
+        CONVERGED_CHECK_RUNS[name] = (result, before, host.check_output("md5sum %s" % boot_file))
+    return CONVERGED_CHECK_RUNS[name]

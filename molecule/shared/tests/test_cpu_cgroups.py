@@ -10,7 +10,7 @@ import json
 import re
 
 import pytest
-from conftest import EXPECTED, format_cpulist, hand_written, reboot_twin, recap, run_site
+from conftest import EXPECTED, converged_check_run, format_cpulist, hand_written, reboot_twin, recap, run_site
 
 SLICE = "ai-infer.slice"
 SLICE_CGROUP = "/ai.slice/ai-infer.slice"
@@ -286,8 +286,8 @@ def test_probe_threads_run_on_the_inference_cpus(host, sets, unified, kernel_cpu
 # What a run reports, bad input, and a reboot
 
 @pytest.fixture(scope="module")
-def check_run(host):
-    return run_site(host, "--check", "--diff")
+def check_run(host, expected):
+    return converged_check_run(host, expected["bootloader"])[0]
 
 
 def test_check_mode_is_clean_and_reports_unmovable_irqs_and_rt(host, twin_board, check_run):

@@ -1,6 +1,13 @@
-"""End state of a twin after site.yml, as a user would check it."""
+"""End state of a twin after site.yml, as a user would check it, and what check mode said before."""
+import json
+import os
+
 import pytest
-from conftest import recap, run_site
+from conftest import converged_check_run, recap
+
+# Check mode cannot install the release: its tasks need the artifacts on the device, which a real
+# run copies first. This task stands for them (a change), and the real run's deploy tasks follow it.
+RUNTIME_PENDING = "edgetune.fleet.edge_runtime : Report the release a real run installs"
 
 
 def test_board_identity_at_the_real_path(host, expected):
@@ -24,10 +31,7 @@ def test_bootloader_file_present(host, expected):
 
 @pytest.fixture(scope="module")
 def check_run(host, expected):
-    """One `site.yml --check --diff` for this file's tests, with the boot file's digest around it."""
-    before = host.check_output("md5sum %s" % expected["bootloader"])
-    result = run_site(host, "--check", "--diff")
-    return result, before, host.check_output("md5sum %s" % expected["bootloader"])
+    return converged_check_run(host, expected["bootloader"])
 
 
 def test_check_mode_reports_no_change_and_writes_nothing(host, check_run):
@@ -42,3 +46,23 @@ def test_summary_names_board_and_release(host, expected, check_run):
     summary = check_run[0].stdout.split("EDGETUNE FLEET SUMMARY", 1)[1]
     line = next(line for line in summary.splitlines() if line.startswith(host.backend.host + " "))
     assert expected["profile"] in line and expected["release"] in line
+
+
+def test_check_mode_on_the_fresh_twin_listed_every_change_of_the_first_converge(host):
+    """Molecule ran `site.yml --check` on the twin never tuned, then converged it (the runs'
+    summaries, by edge_summary): check mode exited cleanly and named every task the converge
+    changed, in the converge's order, and no other but directories an earlier task creates."""
+    name = host.backend.host
+    with open(os.environ["EDGETUNE_SUMMARY_JSON"]) as handle:
+        runs = [json.loads(line) for line in handle if name in json.loads(line)["hosts"]]
+    check, converge = runs[0], runs[1]
+    assert check["check_mode"] and not converge["check_mode"], runs[:2]
+    assert check["hosts"][name]["state"] == converge["hosts"][name]["state"] == "ok", runs[:2]
+    would, did = check["hosts"][name]["changed"], converge["hosts"][name]["changed"]
+    missed = [task for task in did if task not in would and
+              not (RUNTIME_PENDING in would and task.startswith("edgetune.fleet.edge_runtime : "))]
+    assert not missed, (missed, would)
+    assert [task for task in would if task in did] == [task for task in did if task in would]
+    # A real run makes a shared directory once; check mode reports each task that would make it.
+    extra = [task for task in would if task not in did and task != RUNTIME_PENDING]
+    assert all(" : Create the director" in task for task in extra), extra
