@@ -222,22 +222,34 @@ edge_pcie.write_register(path, vc0["control_offset"], vc0["control_register"] | 
 """
 
 
-def test_unreachable_device_is_reported_never_clean(host, tmp_path):
-    # A device that does not answer SSH, as in a real fleet: a closed port on loopback.
+def test_unreachable_devices_are_reported_with_the_cause_never_clean(host, tmp_path):
+    """Two devices that do not answer, as in a real fleet: one over SSH on a closed loopback port,
+    and a twin whose container is stopped (created from the same image, never started)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed_port = sock.getsockname()[1]
-    ghost = tmp_path / "ghost.yml"
-    ghost.write_text("all:\n  hosts:\n    ghost-twin-that-does-not-exist:\n"
-                     "      ansible_connection: ssh\n      ansible_host: 127.0.0.1\n"
-                     "      ansible_port: %d\n" % closed_port)
-    project = os.environ["MOLECULE_PROJECT_DIRECTORY"]
-    result = subprocess.run(["edgetune", "audit", "--json", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
-                             "-i", str(ghost)], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, check=False)
+    stopped = "stopped-twin-%s" % tmp_path.name[-12:].replace("_", "-").strip("-")
+    image = subprocess.run(["docker", "inspect", "-f", "{{.Config.Image}}", host.backend.host], check=True,
+                           stdout=subprocess.PIPE, text=True).stdout.strip()
+    subprocess.run(["docker", "create", "--name", stopped, image], check=True, stdout=subprocess.DEVNULL)
+    try:
+        ghost = tmp_path / "ghost.yml"
+        ghost.write_text("all:\n  hosts:\n    ghost-twin-that-does-not-exist:\n"
+                         "      ansible_connection: ssh\n      ansible_host: 127.0.0.1\n"
+                         "      ansible_port: %d\n"
+                         "    %s:\n      ansible_connection: community.docker.docker\n" % (closed_port, stopped))
+        project = os.environ["MOLECULE_PROJECT_DIRECTORY"]
+        result = subprocess.run(["edgetune", "audit", "--json", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
+                                 "-i", str(ghost)], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, check=False)
+    finally:
+        subprocess.run(["docker", "rm", "-f", stopped], check=False, stdout=subprocess.DEVNULL)
     hosts = json.loads(result.stdout)["hosts"]
     assert result.returncode == 1
     assert hosts["ghost-twin-that-does-not-exist"]["status"] == "unreachable"
+    assert "Connection refused" in hosts["ghost-twin-that-does-not-exist"]["cause"], hosts
+    assert hosts[stopped]["status"] == "unreachable", hosts[stopped]
+    assert "is not running" in hosts[stopped]["cause"], hosts[stopped]
     assert hosts[host.backend.host]["status"] == "ok"
 
 
