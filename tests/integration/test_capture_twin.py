@@ -154,10 +154,13 @@ def test_verify_fails_after_a_drift_naming_the_setting(fleet):
     done = edgetune("verify", "-l", name, "-i", str(fleet["inventory"] / "hosts.yml"), "--junit", str(junit),
                     env=fleet["env"], check=False)
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
-    # One check fails, on that twin, naming the file and the value it found.
-    failed = re.findall(r"^FAILED \S+::(\w+)\[ansible://([\w-]+)\] - AssertionError: (\S+)$", done.stdout, re.M)
-    assert failed == [("test_governors_and_limits_read_back", name, policy)], done.stdout[-4000:]
-    assert "'schedutil' == 'performance'" in done.stdout, done.stdout[-4000:]
+    # One check fails, on that twin, naming the file and the value it found (read from the JUnit
+    # report: pytest's one-line summary drops the message when the terminal is narrow).
     suite = ElementTree.parse(str(junit)).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    failed = [(case.get("name"), case.find("failure").get("message")) for case in suite.iter("testcase")
+              if case.find("failure") is not None]
+    assert [case for case, _ in failed] == ["test_governors_and_limits_read_back[ansible://%s]" % name], failed
+    assert failed[0][1].startswith("AssertionError: %s" % policy), failed
+    assert "'schedutil' == 'performance'" in done.stdout, done.stdout[-4000:]
     assert int(suite.get("failures")) == 1
