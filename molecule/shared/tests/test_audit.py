@@ -106,8 +106,8 @@ def drift_every_kind(host, expected, found):
     drift("slice drop-in", "system.slice housekeeping drop-in",
           "edge_cgroups : Keep the system's slices on the housekeeping CPUs",
           "echo '# edited by hand' >> %s" % dropin["path"])
-    # The unit's scheduling comment (what the deploy found the policy it could have): read from
-    # the deploy's record, never from the unit, so an edit of it is drift too.
+    # A comment of the runtime unit, its scheduling note where it has one: the audit compares the
+    # unit with the deploy's record, never with itself, so editing a comment is drift too.
     unit = "/etc/systemd/system/edgetune-runtime.service"
     drift("runtime unit", "runtime unit", "edge_runtime : Write the service unit",
           "if grep -q '^# SCHED_OTHER:' {0}; then sed -i 's/^# SCHED_OTHER:/# SCHED_FIFO:/' {0};"
