@@ -12,7 +12,6 @@ Runs before test_vm.py (file order), on the converged VM; reads the VM only.
 import hashlib
 import json
 import os
-import re
 import subprocess
 import time
 import xml.etree.ElementTree as ElementTree
@@ -127,13 +126,18 @@ def test_verify_fails_on_the_vm_after_a_drift_naming_the_setting(host, captured)
     """A sysctl set back by hand on the VM: verify exits 1, with that one check failed and the setting named."""
     path = "/proc/sys/kernel/timer_migration"
     tuned = read(host, path)
+    junit = captured["work"] / "vm-drift.xml"
     host.run_expect([0], "echo %d > %s" % (1 - int(tuned), path))
     try:
-        done = edgetune("verify", "-l", VM, "-i", os.environ["MOLECULE_INVENTORY_FILE"], *SKIPPED_ROLES,
-                        env=captured["env"])
+        done = edgetune("verify", "-l", VM, "-i", os.environ["MOLECULE_INVENTORY_FILE"], "--junit", str(junit),
+                        *SKIPPED_ROLES, env=captured["env"])
     finally:
         host.run_expect([0], "echo %s > %s" % (tuned, path))
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
-    failed = re.findall(r"^FAILED \S+::(\w+)\[ansible://([\w-]+)\] - AssertionError: (\S+)$", done.stdout, re.M)
-    assert failed == [("test_kernel_settings_running_and_persisted", VM, "kernel/timer_migration")], \
-        done.stdout[-4000:]
+    # Read from the JUnit report: pytest's one-line summary drops the message on a narrow terminal.
+    suite = ElementTree.parse(str(junit)).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    failed = [(case.get("name"), case.find("failure").get("message")) for case in suite.iter("testcase")
+              if case.find("failure") is not None]
+    assert [case for case, _ in failed] == ["test_kernel_settings_running_and_persisted[ansible://%s]" % VM], failed
+    assert failed[0][1].startswith("AssertionError: kernel/timer_migration"), failed
