@@ -413,8 +413,8 @@ def test_llama_server_serves_the_gguf_engine_gated_on_streamed_token_latency(hos
     assert recap(out, name)["failed"] == 0, out[-3000:]
     text = flat(out)
     assert current_release(host) == release
-    assert re.search(r"time to first token P50 [\d.]+ ms, P99 [\d.]+ ms \(limit 2000(\.0)? ms\); inter-token P50 "
-                     r"[\d.]+ ms, P99 [\d.]+ ms \(limit 500(\.0)? ms\); [\d.]+ tokens/s over 5 generations "
+    assert re.search(r"time to first token P50 [\d.]+ ms, P99 [\d.]+ ms \(limit 5000(\.0)? ms\); inter-token P50 "
+                     r"[\d.]+ ms, P99 [\d.]+ ms \(limit 2000(\.0)? ms\); [\d.]+ tokens/s over 5 generations "
                      r"measured on the device; first tokens as recorded at packaging", text), text[-3000:]
     assert llm_health(host) == [200, {"status": "ok"}]
 
