@@ -228,9 +228,11 @@ def test_unreachable_devices_are_reported_with_the_cause_never_clean(host, tmp_p
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed_port = sock.getsockname()[1]
-    stopped = "stopped-twin-%s" % tmp_path.name[-12:].replace("_", "-").strip("-")
+    stopped = "stopped-%s" % host.backend.host  # one per scenario: they run at the same time
     image = subprocess.run(["docker", "inspect", "-f", "{{.Config.Image}}", host.backend.host], check=True,
                            stdout=subprocess.PIPE, text=True).stdout.strip()
+    subprocess.run(["docker", "rm", "-f", stopped], check=False, stdout=subprocess.DEVNULL,  # left by an aborted run
+                   stderr=subprocess.DEVNULL)
     subprocess.run(["docker", "create", "--name", stopped, image], check=True, stdout=subprocess.DEVNULL)
     try:
         ghost = tmp_path / "ghost.yml"

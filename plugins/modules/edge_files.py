@@ -1,0 +1,280 @@
+#!/usr/bin/python
+# Copyright: edgetune contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Ansible module edge_files: a set of files installed on the device in one round trip."""
+
+DOCUMENTATION = r"""
+---
+module: edge_files
+short_description: Install a set of files on the device in one round trip
+description:
+  - Writes each file whose content, mode or owner differs from the one given, atomically (a
+    temporary file beside it, renamed over it), and creates missing parent directories.
+  - One module execution for all the files, where a loop of M(ansible.builtin.copy) costs two or
+    three per file. The roles install the collection's device-side programs (the on-device
+    audit, the boot-time commands) and the audit records with it.
+  - The action plugin of the same name reads O(files[].src) from the collection on the controller;
+    the module receives each file's content encoded in base64.
+version_added: "0.6.0"
+author:
+  - edgetune contributors (!UNKNOWN)
+options:
+  files:
+    description: The files to install.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      dest:
+        description: Path on the device; a relative one is under O(directory).
+        type: path
+        required: true
+      src:
+        description:
+          - A file of the collection, relative to its root (V(plugins/modules/edge_dvfs.py)); the
+            action plugin reads it on the controller. Exclusive with O(files[].content).
+        type: str
+      content:
+        description: The file's text. Exclusive with O(files[].src).
+        type: str
+      content_b64:
+        description:
+          - The file's content in base64. The action plugin sets it from O(files[].src) or
+            O(files[].content); a task does not give it.
+        type: str
+      mode:
+        description: The file's mode, in octal.
+        type: str
+        default: "0644"
+  directory:
+    description: The directory on the device that relative O(files[].dest) paths are under.
+    type: path
+  owner:
+    description: Owner of every file (a name or a numeric id).
+    type: str
+    default: root
+  group:
+    description: Group of every file (a name or a numeric id).
+    type: str
+    default: root
+  directory_mode:
+    description: Mode, in octal, of the parent directories the module creates (existing ones are left alone).
+    type: str
+    default: "0755"
+attributes:
+  check_mode:
+    description: Reports what a real run would write, and writes nothing.
+    support: full
+  diff_mode:
+    description: The before and after text of each file it writes or would write (a mode or owner change as a header).
+    support: full
+  platform:
+    description: Runs on the board (Linux, Python 3.8 or later).
+    support: full
+    platforms: linux
+"""
+
+EXAMPLES = r"""
+- name: Install the boot-time command
+  edgetune.fleet.edge_files:
+    directory: /usr/local/lib/edgetune
+    files:
+      - {src: plugins/modules/edge_irq_affinity.py, dest: edge_irq_affinity.py, mode: "0755"}
+      - {content: "{{ record | to_nice_json }}", dest: /var/lib/edgetune/applied/edge_cpu.json, mode: "0600"}
+"""
+
+RETURN = r"""
+written:
+  description: The files written (or, in check mode, that a real run writes), in the order given.
+  returned: always
+  type: list
+  elements: path
+directories:
+  description: The parent directories created (or, in check mode, that a real run creates).
+  returned: always
+  type: list
+  elements: path
+"""
+
+import base64
+import grp
+import os
+import pwd
+import stat
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write
+
+# Ansible's own limit for showing a file in a diff (DEFAULT max_diff_size).
+MAX_DIFF_BYTES = 104448
+
+
+class FilesError(Exception):
+    """A file the module cannot plan or write; the message says which and why."""
+
+
+def resolve_id(value, database, kind):
+    """A user or group name (or a numeric id) -> its numeric id on this device."""
+    value = str(value)
+    if value.isdigit():
+        return int(value)
+    try:
+        return database(value)[2]
+    except KeyError:
+        raise FilesError("edge_files: no %s %r on this device (create it first, or give a numeric id)"
+                         % (kind, value)) from None
+
+
+def parse_mode(value, what):
+    try:
+        mode = int(str(value), 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o7777:
+        raise FilesError("edge_files: %s %r is not an octal file mode such as 0644" % (what, value))
+    return mode
+
+
+def missing_directories(path):
+    """The parent directories of ``path`` that do not exist, outermost first."""
+    missing = []
+    directory = os.path.dirname(path)
+    while directory and not os.path.isdir(directory):
+        if os.path.lexists(directory):
+            raise FilesError("edge_files: cannot install %s: %s exists and is not a directory" % (path, directory))
+        missing.append(directory)
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            break
+        directory = parent
+    return list(reversed(missing))
+
+
+def text_for_diff(data):
+    if data is None:
+        return ""
+    if len(data) > MAX_DIFF_BYTES:
+        return "(%d bytes: too large to show)\n" % len(data)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "(%d bytes of binary content)\n" % len(data)
+
+
+def plan(files, uid, gid):
+    """What installing ``files`` (dicts: dest, data (bytes), mode (int)) changes: a list of dicts
+    with dest, data, mode, the current content (None for a new file) and the reasons it is
+    written (empty: it is already as given)."""
+    planned, seen = [], set()
+    for item in files:
+        dest = item["dest"]
+        if not os.path.isabs(dest):
+            raise FilesError("edge_files: %r is not an absolute path" % dest)
+        if dest in seen:
+            raise FilesError("edge_files: %s is given twice" % dest)
+        seen.add(dest)
+        reasons, current = [], None
+        try:
+            info = os.stat(dest)
+        except OSError:
+            info = None
+        if info is None:
+            reasons.append("new")
+        elif not stat.S_ISREG(info.st_mode):
+            raise FilesError("edge_files: %s exists and is not a regular file" % dest)
+        else:
+            try:
+                with open(dest, "rb") as handle:
+                    current = handle.read()
+            except OSError as exc:
+                raise FilesError("edge_files: cannot read %s: %s" % (dest, exc.strerror or exc)) from None
+            if current != item["data"]:
+                reasons.append("content")
+            if stat.S_IMODE(info.st_mode) != item["mode"]:
+                reasons.append("mode %04o -> %04o" % (stat.S_IMODE(info.st_mode), item["mode"]))
+            if (info.st_uid, info.st_gid) != (uid, gid):
+                reasons.append("owner %d:%d -> %d:%d" % (info.st_uid, info.st_gid, uid, gid))
+        planned.append(dict(item, current=current, reasons=reasons))
+    return planned
+
+
+def install(planned, uid, gid, directory_mode):
+    """Write the planned files that need it; returns the directories created."""
+    created = []
+    for item in planned:
+        if not item["reasons"]:
+            continue
+        for directory in missing_directories(item["dest"]):
+            os.mkdir(directory, directory_mode)
+            os.chmod(directory, directory_mode)  # mkdir's mode is masked by the umask
+            os.chown(directory, uid, gid)
+            created.append(directory)
+        try:
+            atomic_write(item["dest"], item["data"], backup=False, mode=item["mode"])
+            os.chown(item["dest"], uid, gid)
+            os.chmod(item["dest"], item["mode"])  # chown may clear set-id bits
+        except OSError as exc:
+            raise FilesError("edge_files: cannot write %s: %s" % (item["dest"], exc.strerror or exc)) from None
+    return created
+
+
+def diffs(planned):
+    return [dict(before_header="%s (%s)" % (item["dest"], ", ".join(item["reasons"])),
+                 after_header=item["dest"],
+                 before=text_for_diff(item["current"]), after=text_for_diff(item["data"]))
+            for item in planned if item["reasons"]]
+
+
+def run(params, check_mode):
+    uid = resolve_id(params["owner"], pwd.getpwnam, "user")
+    gid = resolve_id(params["group"], grp.getgrnam, "group")
+    directory_mode = parse_mode(params["directory_mode"], "directory_mode")
+    files = []
+    for item in params["files"]:
+        dest = item["dest"]
+        if not os.path.isabs(dest) and params.get("directory"):
+            dest = os.path.join(params["directory"], dest)
+        if item.get("content_b64") is not None:
+            data = base64.b64decode(item["content_b64"])
+        elif item.get("content") is not None:
+            data = item["content"].encode("utf-8")
+        else:
+            raise FilesError("edge_files: %s has no content (src is read by the action plugin on the controller)"
+                             % dest)
+        files.append(dict(dest=dest, data=data,
+                          mode=parse_mode(item.get("mode") or "0644", "mode of %s" % dest)))
+    planned = plan(files, uid, gid)
+    written = [item["dest"] for item in planned if item["reasons"]]
+    directories = sorted({d for item in planned if item["reasons"] for d in missing_directories(item["dest"])})
+    if not check_mode:
+        directories = install(planned, uid, gid, directory_mode)
+    return dict(changed=bool(written), written=written, directories=directories, diff=diffs(planned))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            files=dict(type="list", elements="dict", required=True, options=dict(
+                dest=dict(type="path", required=True), src=dict(type="str"), content=dict(type="str"),
+                content_b64=dict(type="str", no_log=False), mode=dict(type="str", default="0644"))),
+            directory=dict(type="path"),
+            owner=dict(type="str", default="root"),
+            group=dict(type="str", default="root"),
+            directory_mode=dict(type="str", default="0755"),
+        ),
+        supports_check_mode=True,
+    )
+    try:
+        result = run(module.params, module.check_mode)
+    except FilesError as exc:
+        module.fail_json(msg=str(exc))
+    except Exception as exc:  # never a traceback
+        module.fail_json(msg="edge_files: unexpected %s: %s" % (type(exc).__name__, exc))
+    if not module._diff:
+        result.pop("diff")
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
