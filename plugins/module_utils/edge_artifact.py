@@ -419,6 +419,79 @@ def pairing_problems(runtime_manifest, engine_manifest):
     return []
 
 
+# ------------------------------------------------------------------ the default release
+# edge_runtime_runtime_src/engine_src "auto": the reference LLM runtime and its GGUF engine,
+# chosen from the manifests the packager writes beside each tarball (<tarball>.manifest.json).
+AUTO = "auto"
+DEFAULT_RUNTIME = "llama-server"
+SIDECAR = ".manifest.json"
+
+
+def _sidecars(artifacts_dir):
+    """[(manifest with its tarball's ``path``)] for each readable sidecar whose tarball exists."""
+    try:
+        names = sorted(os.listdir(artifacts_dir))
+    except OSError as exc:
+        raise ArtifactError("cannot list the artifacts directory %s: %s" % (artifacts_dir, exc.strerror)) from None
+    found = []
+    for name in names:
+        if not name.endswith(".tar.gz" + SIDECAR):
+            continue
+        sidecar = os.path.join(artifacts_dir, name)
+        try:
+            with open(sidecar) as handle:
+                manifest = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        tarball = sidecar[:-len(SIDECAR)]
+        if isinstance(manifest, dict) and os.path.isfile(tarball):
+            found.append(dict(manifest, path=tarball))
+    return found
+
+
+def default_release(artifacts_dir, device, platform=None, unknown=()):
+    """The runtime and engine that ``auto`` deploys: (runtime manifest, engine manifest), each with
+    its tarball's ``path``.
+
+    The runtime is the newest llama-server build in ``artifacts_dir`` that this device runs (its
+    architecture and glibc, as ``device`` says: see compatibility_problems), the build for the
+    newest glibc among equal versions. The engine is the newest GGUF engine that runtime loads and
+    the board accepts; engines of more than one name are ambiguous and refused.
+    """
+    manifests = _sidecars(artifacts_dir)
+    servers, refused = [], []
+    for manifest in manifests:
+        if manifest.get("kind") == "runtime" and manifest.get("name") == DEFAULT_RUNTIME:
+            problems = compatibility_problems(manifest, device, platform, unknown)
+            (refused if problems else servers).append((manifest, problems))
+    if not servers:
+        why = "; ".join(sorted(set(problems[0] for _, problems in refused)))
+        raise ArtifactError("no %s build in %s runs on this board (%s, glibc %s)%s. Build one with `make artifacts%s`, "
+                            "or name the runtime tarball" % (
+                                DEFAULT_RUNTIME, artifacts_dir, device.get("architecture") or "unknown",
+                                device.get("glibc") or "unknown", ": " + why if why else "",
+                                "" if device.get("architecture") in (None, detect_architecture())
+                                else " ARCH=%s" % device["architecture"]))
+
+    def glibc_wanted(manifest):
+        spec = str(((manifest.get("compatibility") or {}).get("requires") or {}).get("glibc") or "")
+        return parse_version(spec.lstrip("<>=!")) or (0,)
+
+    server = max((m for m, _ in servers), key=lambda m: (parse_version(m.get("version")) or (0,), glibc_wanted(m)))
+    engines = [m for m in manifests if m.get("kind") == "engine" and m.get("format") in PORTABLE_ENGINE_FORMATS
+               and not pairing_problems(server, m) and not compatibility_problems(m, device, platform, unknown)]
+    names = sorted(set(str(m.get("name")) for m in engines))
+    if not engines:
+        raise ArtifactError("no GGUF engine in %s that %s %s loads on this board. Package one with "
+                            "`make artifacts`, or name the engine tarball" % (
+                                artifacts_dir, server.get("name"), server.get("version")))
+    if len(names) > 1:
+        raise ArtifactError("more than one GGUF engine in %s (%s): name the one to deploy" % (
+            artifacts_dir, ", ".join(names)))
+    engine = max(engines, key=lambda m: parse_version(m.get("version")) or (0,))
+    return server, engine
+
+
 # ------------------------------------------------------------------ detection on the device
 TENSORRT_LIB_DIRS = ("/usr/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu/nvidia", "/usr/local/lib")
 RKNN_LIBS = ("/usr/lib/librknnrt.so", "/usr/lib/aarch64-linux-gnu/librknnrt.so", "/usr/local/lib/librknnrt.so")

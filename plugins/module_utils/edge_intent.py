@@ -920,7 +920,8 @@ class _Checker(object):
         for name in ("edge_runtime_ttft_p99_ms", "edge_runtime_token_p99_ms"):
             if self.ok(name) and not 0 <= v[name] <= 600000:
                 self.problem(name, "allowed: 0 (no limit) or a number of ms up to 600000")
-        for name, high in (("edge_runtime_health_timeout", 3600), ("edge_runtime_p99_ms", 60000)):
+        for name, high in (("edge_runtime_health_timeout", 3600), ("edge_runtime_gate_request_timeout", 3600),
+                           ("edge_runtime_p99_ms", 60000)):
             if self.ok(name) and not 0 < v[name] <= high:
                 self.problem(name, "allowed: a number above 0 and at most %d (%s)"
                              % (high, "seconds" if name.endswith("timeout") else "ms"))
@@ -989,6 +990,15 @@ class _Checker(object):
                            "device": "an absolute path on the device"}[source]))
                 continue
             digest = v[sha].strip().lower()
+            if v[src] == artifact.AUTO:
+                if source != "controller":
+                    self.problem(src, "auto picks a tarball on the controller, and edge_runtime_artifact_source is "
+                                      "%s; allowed: the %s's %s" % (source, kind, "URL" if source == "url"
+                                                                     else "absolute path on the device"))
+                elif digest:
+                    self.problem(sha, "set for edge_runtime_%s_src: auto, which reads the sha256 from the chosen "
+                                      "tarball's .manifest.json; allowed: \"\" or a named tarball" % kind)
+                continue
             if digest and not artifact.HEX64_RE.match(digest):
                 self.problem(sha, "not a sha256; allowed: 64 hex digits%s" % (
                     " or \"\" (read from the .manifest.json beside the tarball)" if source == "controller" else ""))
@@ -1008,9 +1018,13 @@ class _Checker(object):
         v = self.v
         manifests = {}
         resolved = []
+        chosen = self.default_release()
         for kind in ("runtime", "engine"):
             src, sha = "edge_runtime_%s_src" % kind, "edge_runtime_%s_sha256" % kind
-            path = v[src] if os.path.isabs(v[src]) else os.path.join(v["edge_runtime_artifacts_dir"] or ".", v[src])
+            if v[src] == artifact.AUTO and not chosen:
+                continue
+            path = chosen[kind] if v[src] == artifact.AUTO else v[src] if os.path.isabs(v[src]) \
+                else os.path.join(v["edge_runtime_artifacts_dir"] or ".", v[src])
             if not os.path.isfile(path):
                 self.problem(src, "Missing artifact: %s does not exist on the controller. Build the reference "
                                   "artifacts with tools/package-runtime (they go to .cache/artifacts/), or set "
@@ -1071,6 +1085,28 @@ class _Checker(object):
             self.problem("edge_runtime_ctx_size", "more than the engine's context length; allowed: 64-%d (%s)"
                          % (context, manifests["engine"]["name"]))
         self.artifacts = resolved if len(manifests) == 2 else None
+
+    def default_release(self):
+        """{kind: tarball path} that ``auto`` names for this device (see edge_artifact.default_release),
+        {} when no variable is auto, None (and a problem said) when none fits."""
+        v = self.v
+        auto = [kind for kind in ("runtime", "engine") if v["edge_runtime_%s_src" % kind] == artifact.AUTO]
+        if not auto:
+            return {}
+        first = "edge_runtime_%s_src" % auto[0]
+        if not self.facts.get("architecture"):
+            self.problem(first, "auto picks the build for the device's architecture and glibc, which role edge_facts "
+                                "reads: run it first (site.yml does), or name the tarball")
+            return None
+        device = {"soc": self.facts.get("soc"), "l4t": self.facts.get("l4t"), "bsp": self.facts.get("bsp"),
+                  "architecture": self.facts.get("architecture"), "glibc": self.facts.get("glibc")}
+        try:
+            server, engine = artifact.default_release(v["edge_runtime_artifacts_dir"] or ".", device,
+                                                      unknown=("python", "tensorrt", "rknn"))
+        except artifact.ArtifactError as exc:
+            self.problem(first, "auto: %s" % exc)
+            return None
+        return {"runtime": server["path"], "engine": engine["path"]}
 
     # ------------------------------------------------------------ edge_audit_timer
     def edge_audit_timer(self):

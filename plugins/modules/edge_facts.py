@@ -186,6 +186,16 @@ ansible_facts:
           returned: always
           type: dict
           sample: {tensorrt: 10.3.0, rknn: null}
+        architecture:
+          description: The machine, as C(uname -m) names it.
+          returned: always
+          type: str
+          sample: aarch64
+        glibc:
+          description: The C library's glibc version (C(getconf GNU_LIBC_VERSION)), null for another C library.
+          returned: always
+          type: str
+          sample: "2.35"
         python:
           description:
             - The C(version) and C(executable) of the Python this module ran with, and C(executable_link),
@@ -205,7 +215,8 @@ import platform
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact import detect_rknn, detect_tensorrt
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact import (
+    detect_architecture, detect_glibc, detect_rknn, detect_tensorrt)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_board import (
     bsp_release, cgroup_mode, cpu_topology, detect_bootloader, device_tree, devfreq_nodes,
     kernel_config, kernel_features, l4t_release, memory_kb, read, rt_throttle, soc_family, systemd_version)
@@ -246,6 +257,9 @@ def gather(root, run_command, which):
         "memory_kb": memory_kb(root),
         "sched": rt_throttle(root),
         "inference_runtime": {"tensorrt": detect_tensorrt(root), "rknn": detect_rknn(root)},
+        # What a native runtime build needs (edge_runtime's "auto" picks the build by them).
+        "architecture": detect_architecture(),
+        "glibc": detect_glibc(),
         "python": {"executable": sys.executable, "version": "%d.%d.%d" % tuple(sys.version_info[:3]),
                    "executable_link": python_link(sys.executable)},
         "nvpmodel": bool(which("nvpmodel")) and os.path.exists(os.path.join(root, "etc/nvpmodel.conf")),

@@ -149,7 +149,10 @@ def fleet(tmp_path_factory):
 def play(fleet, intent, playbook="site.yml"):
     """ansible-playbook from the checkout, the intent as an extra-vars file; (rc, output)."""
     path = fleet["base"] / ("intent-%d.json" % time.monotonic_ns())
-    path.write_text(json.dumps(dict({"edge_runtime_artifacts_dir": str(fleet["artifacts"])}, **intent)))
+    # The MLP test fixture's release (it starts in milliseconds) unless the intent names another.
+    path.write_text(json.dumps(dict({"edge_runtime_artifacts_dir": str(fleet["artifacts"]),
+                                     "edge_runtime_runtime_src": fleet["runtime"]["path"],
+                                     "edge_runtime_engine_src": fleet["engine"]["path"]}, **intent)))
     started = time.time()
     done = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(fleet["inventory"]), playbook, "-e", "@%s" % path],
                           cwd=str(REPO), env=fleet["env"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

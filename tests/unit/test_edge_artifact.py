@@ -16,6 +16,7 @@ import pytest
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact import (
     ArtifactError,
     compatibility_problems,
+    default_release,
     detect_architecture,
     detect_glibc,
     detect_rknn,
@@ -368,3 +369,82 @@ def test_a_gguf_model_needs_no_l4t_range_but_a_tensorrt_plan_does():
     gguf = dict(manifest("engine"), entry="model.gguf", format="gguf", files={"model.gguf": "0" * 64})
     assert compatibility_problems(gguf, jetson) == []
     assert any("declares no L4T release range" in p for p in compatibility_problems(manifest("engine"), jetson))
+
+
+# ------------------------------------------------------------------ auto: the default release
+def sidecar(directory, stem, manifest, tarball=True):
+    """A tarball (empty: only its sidecar is read) and the <tarball>.manifest.json the packager writes."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if tarball:
+        (directory / (stem + ".tar.gz")).write_bytes(b"")
+    (directory / (stem + ".tar.gz.manifest.json")).write_text(json.dumps(manifest))
+
+
+SERVER = {"kind": "runtime", "name": "llama-server", "backend": "cpu", "engine_formats": ["gguf"]}
+GGUF = {"kind": "engine", "name": "smollm2-135m-instruct-q4_1", "format": "gguf", "compatibility": {}}
+
+
+def server(version, arch, glibc):
+    return dict(SERVER, version=version, architecture=arch, compatibility={"requires": {"glibc": ">=" + glibc}})
+
+
+@pytest.fixture
+def packaged(tmp_path):
+    """What `make artifacts` leaves, for two distributions and two machines, and the MLP fixture."""
+    out = tmp_path / "artifacts"
+    sidecar(out, "edgetune-llama-server-0.5.0-bullseye-x86_64", server("0.5.0", "x86_64", "2.30"))
+    sidecar(out, "edgetune-llama-server-0.5.0-bookworm-x86_64", server("0.5.0", "x86_64", "2.36"))
+    sidecar(out, "edgetune-llama-server-0.5.0-bullseye-aarch64", server("0.5.0", "aarch64", "2.30"))
+    sidecar(out, "edgetune-llama-server-0.4.0-bookworm-aarch64", server("0.4.0", "aarch64", "2.36"))
+    sidecar(out, "edgetune-engine-smollm2-0.1.1", dict(GGUF, version="0.1.1"))
+    sidecar(out, "edgetune-engine-smollm2-0.1.2", dict(GGUF, version="0.1.2"))
+    sidecar(out, "edgetune-runtime-0.1.2", {"kind": "runtime", "name": "edgetune-runtime", "version": "0.1.2",
+                                            "engine_formats": ["edgetune-mlp-json/1"]})
+    sidecar(out, "edgetune-engine-mlp-small-0.1.0", {"kind": "engine", "name": "mlp-small", "version": "0.1.0",
+                                                     "format": "edgetune-mlp-json/1"})
+    # A sidecar whose tarball is gone, and one that is not JSON: neither is offered.
+    sidecar(out, "edgetune-llama-server-9.0.0-bookworm-x86_64", server("9.0.0", "x86_64", "2.30"), tarball=False)
+    (out / "edgetune-llama-server-8.tar.gz").write_bytes(b"")
+    (out / "edgetune-llama-server-8.tar.gz.manifest.json").write_text("{not json")
+    return out
+
+
+@pytest.mark.parametrize("device,runtime", [
+    # the newest glibc build the device runs; an older glibc gets the older distribution's build
+    ({"architecture": "x86_64", "glibc": "2.36"}, "edgetune-llama-server-0.5.0-bookworm-x86_64"),
+    ({"architecture": "x86_64", "glibc": "2.31"}, "edgetune-llama-server-0.5.0-bullseye-x86_64"),
+    # a newer llama.cpp wins over a newer glibc build of an older one
+    ({"architecture": "aarch64", "glibc": "2.36"}, "edgetune-llama-server-0.5.0-bullseye-aarch64"),
+])
+def test_auto_picks_the_newest_build_the_device_runs_and_the_newest_gguf(packaged, device, runtime):
+    chosen, engine = default_release(str(packaged), device)
+    assert os.path.basename(chosen["path"]) == runtime + ".tar.gz"
+    assert os.path.basename(engine["path"]) == "edgetune-engine-smollm2-0.1.2.tar.gz"
+    assert engine["version"] == "0.1.2" and chosen["name"] == "llama-server"
+
+
+def test_auto_refuses_a_device_no_build_runs_and_says_what_to_build(packaged, tmp_path):
+    with pytest.raises(ArtifactError) as caught:
+        default_release(str(packaged), {"architecture": "x86_64", "glibc": "2.28"})
+    message = str(caught.value)
+    assert "no llama-server build in %s runs on this board (x86_64, glibc 2.28)" % packaged in message
+    assert "needs glibc >=2.30, but this board has glibc 2.28" in message and "make artifacts" in message
+    with pytest.raises(ArtifactError, match=r"riscv64, glibc 2.36\): .*built for x86_64, but this board is "
+                                            r"riscv64.* `make artifacts ARCH=riscv64`"):
+        default_release(str(packaged), {"architecture": "riscv64", "glibc": "2.36"})
+    with pytest.raises(ArtifactError, match="cannot list the artifacts directory"):
+        default_release(str(tmp_path / "none"), {"architecture": "x86_64", "glibc": "2.36"})
+
+
+def test_auto_needs_one_gguf_engine_the_board_accepts(packaged):
+    device = {"architecture": "x86_64", "glibc": "2.36", "soc": "tegra234", "l4t": {"version": "36.4.3"}}
+    sidecar(packaged, "edgetune-engine-other-1.0", dict(GGUF, name="other-7b", version="1.0",
+                                                       compatibility={"socs": ["rk3588"]}))
+    assert default_release(str(packaged), device)[1]["version"] == "0.1.2"  # other-7b is for rk3588 only
+    with pytest.raises(ArtifactError, match=r"more than one GGUF engine in .* \(other-7b, smollm2-135m-instruct-q4_1\)"
+                                            r": name the one to deploy"):
+        default_release(str(packaged), dict(device, soc="rk3588", l4t=None))
+    for name in ("edgetune-engine-smollm2-0.1.1", "edgetune-engine-smollm2-0.1.2", "edgetune-engine-other-1.0"):
+        (packaged / (name + ".tar.gz")).unlink()
+    with pytest.raises(ArtifactError, match="no GGUF engine in .* that llama-server 0.5.0 loads on this board"):
+        default_release(str(packaged), device)

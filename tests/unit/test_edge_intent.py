@@ -86,7 +86,8 @@ def board(name):
                                       dict(cluster(6, [6, 7], 2400000), frequencies=[408000, 1800000, 2400000])]},
                  "devfreq": {"fb000000.gpu": rk, "fdab0000.npu": rk, "dmc": dict(rk, governor="dmc_ondemand")},
                  "memory_kb": 8 * GIB_KB, "cgroup": "hybrid"}
-    facts.update(kernel={"release": "5.15.148-tegra", "features": features}, sched=sched)
+    facts.update(kernel={"release": "5.15.148-tegra", "features": features}, sched=sched, architecture="aarch64",
+                 glibc="2.35" if facts["bsp"]["version"] != "20.04" else "2.31")
     return facts, profile_for(facts["compatible"], (facts["l4t"] or {}).get("major"))
 
 
@@ -462,10 +463,12 @@ def test_more_bad_values(values, name):
 
 def test_url_and_device_artifacts_need_checksums():
     found = problems({"edge_runtime_artifact_source": "url", "edge_runtime_runtime_src": "ftp://x/rt.tar.gz"})
-    assert sorted(found) == ["edge_runtime_engine_sha256", "edge_runtime_engine_src", "edge_runtime_runtime_sha256",
-                             "edge_runtime_runtime_src"]
+    assert sorted(found) == ["edge_runtime_engine_src", "edge_runtime_runtime_sha256", "edge_runtime_runtime_src"]
     assert "not an http(s) URL" in found["edge_runtime_runtime_src"]
-    assert "empty, and url artifacts need their sha256" in found["edge_runtime_engine_sha256"]
+    assert "empty, and url artifacts need their sha256" in found["edge_runtime_runtime_sha256"]
+    # the default engine (auto) is picked on the controller only
+    assert found["edge_runtime_engine_src"] == 'edge_runtime_engine_src = "auto": auto picks a tarball on the ' \
+        "controller, and edge_runtime_artifact_source is url; allowed: the engine's URL"
     found = problems({"edge_runtime_artifact_source": "device", "edge_runtime_runtime_src": "/srv/rt.tar.gz",
                       "edge_runtime_engine_src": "/srv/engine.tar.gz", "edge_runtime_runtime_sha256": "a" * 64,
                       "edge_runtime_engine_sha256": "B" * 64})
@@ -605,6 +608,54 @@ def test_a_context_longer_than_the_engines_is_refused(tmp_path):
     assert list(found) == ["edge_runtime_ctx_size"], found
     assert "more than the engine's context length; allowed: 64-512 (tiny)" in found["edge_runtime_ctx_size"]
     assert problems(dict(values, edge_runtime_ctx_size=512), **kwargs) == {}
+
+
+def package_llm(out, arch, glibc, version="0.5.0", engine_version="0.1.2"):
+    """A llama-server build and a GGUF engine as `make artifacts` packages them (contents are stand-ins)."""
+    from edgetune import artifacts as packager
+    stem = "edgetune-llama-server-%s-%s" % (version, arch)
+    server = packager.package(
+        {"kind": "runtime", "name": "llama-server", "version": version, "entry": "bin/llama-server",
+         "engine_formats": ["gguf"], "backend": "cpu", "architecture": arch,
+         "compatibility": {"requires": {"glibc": ">=" + glibc}}},
+        {"bin/llama-server": (b"\x7fELF" + arch.encode(), 0o755)}, out, stem)
+    model = packager.package(
+        {"kind": "engine", "name": "smollm2", "version": engine_version, "entry": "model.gguf", "format": "gguf",
+         "model": {"context_length": 8192}, "compatibility": {}}, {"model.gguf": (b"GGUF", 0o644)}, out,
+        "edgetune-engine-smollm2-%s" % engine_version)
+    return server, model
+
+
+@pytest.mark.parametrize("name", BOARDS)
+def test_auto_deploys_the_llama_server_build_the_board_runs(tmp_path, name):
+    for arch, glibc in (("aarch64", "2.31"), ("aarch64", "2.35"), ("x86_64", "2.31")):
+        package_llm(tmp_path / ("%s-%s" % (arch, glibc)), arch, glibc)
+    for directory in tmp_path.iterdir():
+        for item in directory.iterdir():
+            item.rename(tmp_path / ("%s-%s" % (directory.name, item.name) if "llama" in item.name else item.name))
+    result = check({"edge_runtime_artifacts_dir": str(tmp_path)}, name=name, roles=["edge_runtime"],
+                   controller_artifacts={"tensorrt_by_l4t": TENSORRT})
+    assert result["problems"] == []
+    wanted = "aarch64-2.31" if name == "agx-r35" else "aarch64-2.35"  # Ubuntu 20.04 has glibc 2.31
+    assert [Path(a["path"]).name for a in result["artifacts"]] == [
+        "%s-edgetune-llama-server-0.5.0-aarch64.tar.gz" % wanted, "edgetune-engine-smollm2-0.1.2.tar.gz"]
+
+
+def test_auto_says_what_is_missing_and_what_to_do(tmp_path):
+    kwargs = {"roles": ["edge_runtime"], "controller_artifacts": {"tensorrt_by_l4t": TENSORRT}}
+    package_llm(tmp_path, "x86_64", "2.31")
+    found = problems({"edge_runtime_artifacts_dir": str(tmp_path)}, **kwargs)
+    assert list(found) == ["edge_runtime_runtime_src"]
+    assert "auto: no llama-server build in %s runs on this board (aarch64, glibc 2.35): runtime llama-server 0.5.0 " \
+           "is built for x86_64, but this board is aarch64. Build one with `make artifacts ARCH=aarch64`" % tmp_path \
+        in found["edge_runtime_runtime_src"]
+    found = problems({"edge_runtime_artifacts_dir": str(tmp_path), "edge_runtime_engine_sha256": "a" * 64}, **kwargs)
+    assert "set for edge_runtime_engine_src: auto" in found["edge_runtime_engine_sha256"]
+    # without the board's facts there is no architecture to pick by
+    found = intent.validate({"edge_runtime_artifacts_dir": str(tmp_path)}, SPECS, facts={"soc": "rk3588"},
+                            roles=["edge_runtime"], controller_artifacts={"tensorrt_by_l4t": TENSORRT})["problems"]
+    assert [p["variable"] for p in found] == ["edge_runtime_runtime_src"]
+    assert "which role edge_facts reads: run it first" in found[0]["message"]
 
 
 def test_artifacts_not_checked_in_audit_mode(artifacts):

@@ -4,28 +4,18 @@ board file is not here; `twin down` removes the twins of one inventory directory
 docker is faked (manager.run answers `docker ps` with labelled rows); the
 inventory file written is read back.
 """
-import json
 import subprocess
 
-import pytest
 import yaml
 
 from edgetune.twin import manager
 
 
-def fake_docker(rows, glibc="2.31"):
+def fake_docker(rows):
     def run(argv, **_kwargs):
-        if argv[:2] == ["docker", "exec"]:
-            assert argv[3:] == ["getconf", "GNU_LIBC_VERSION"], argv
-            return subprocess.CompletedProcess(argv, 0, stdout="glibc %s\n" % glibc, stderr="")
         assert argv[:3] == ["docker", "ps", "-a"], argv
         return subprocess.CompletedProcess(argv, 0, stdout="".join("\t".join(r) + "\n" for r in rows), stderr="")
     return run
-
-
-@pytest.fixture(autouse=True)
-def no_artifacts(monkeypatch, tmp_path):
-    monkeypatch.setattr(manager, "ARTIFACTS_DIR", tmp_path / "no-artifacts")
 
 
 def test_groups_come_from_the_label_and_unknown_boards_are_left_out(monkeypatch, tmp_path, capsys):
@@ -76,41 +66,11 @@ def test_inventory_and_down_keep_to_their_own_directory(monkeypatch, tmp_path):
     assert removed[-1] == "cap-vm-1"
 
 
-def write_manifest(directory, stem, manifest):
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / (stem + ".tar.gz")).write_bytes(b"")
-    (directory / (stem + ".tar.gz.manifest.json")).write_text(json.dumps(manifest))
-
-
-def test_the_fleet_deploys_the_llm_build_its_oldest_glibc_runs(monkeypatch, tmp_path, capsys):
-    """`twin up`'s inventory deploys llama-server and the GGUF where `make artifacts` packaged them:
-    the build for this machine that the twins' glibc runs (a newer distribution's build is not
-    offered to an older twin); without them, the role's default and one line saying why."""
-    from edgetune import llm
+def test_the_fleet_inventory_leaves_the_release_to_the_roles_default(monkeypatch, tmp_path):
+    """Each twin gets the build its own machine and glibc run from edge_runtime's default (auto),
+    not one the inventory pins for all of them."""
     twin = [("orin-nx-16gb-r36-1", "orin-nx-16gb-r36", "running", "", str(tmp_path.resolve()))]
-
-    def fleet_vars():
-        return yaml.safe_load(manager.write_inventory(tmp_path).read_text())["all"]["vars"]
     monkeypatch.setattr(manager, "run", fake_docker(twin))
-    assert "edge_runtime_runtime_src" not in fleet_vars()
-    assert "deploys the role's default runtime: no llama-server artifact" in capsys.readouterr().err
-
-    artifacts = tmp_path / "artifacts"
-    monkeypatch.setattr(manager, "ARTIFACTS_DIR", artifacts)
-    server = {"kind": "runtime", "name": "llama-server", "architecture": llm.host_arch()}
-    for build, glibc in (("bullseye", "2.31"), ("bookworm", "2.36")):
-        write_manifest(artifacts, "edgetune-llama-server-1-" + build,
-                       dict(server, compatibility={"requires": {"glibc": ">=" + glibc}}))
-    write_manifest(artifacts, "edgetune-llama-server-1-other", dict(server, architecture="riscv64"))
-    write_manifest(artifacts, "edgetune-engine-smollm2", {"kind": "engine", "name": llm.ENGINE_NAME,
-                                                          "format": "gguf"})
-    write_manifest(artifacts, "edgetune-engine-mlp-small-0.1.0", {"kind": "engine", "name": "mlp-small"})
-    for glibc, build in (("2.31", "bullseye"), ("2.36", "bookworm")):
-        monkeypatch.setattr(manager, "run", fake_docker(twin, glibc=glibc))
-        written = fleet_vars()
-        assert written["edge_runtime_runtime_src"] == "edgetune-llama-server-1-%s.tar.gz" % build
-        assert written["edge_runtime_engine_src"] == "edgetune-engine-smollm2.tar.gz"
-        assert written["ansible_connection"] == "community.docker.docker"
-    monkeypatch.setattr(manager, "run", fake_docker(twin, glibc="2.28"))
-    assert "edge_runtime_runtime_src" not in fleet_vars()
-    assert "no llama-server artifact for %s with glibc 2.28" % llm.host_arch() in capsys.readouterr().err
+    written = yaml.safe_load(manager.write_inventory(tmp_path).read_text())["all"]["vars"]
+    assert written == {"ansible_connection": "community.docker.docker",
+                       "ansible_python_interpreter": "/usr/bin/python3"}

@@ -562,33 +562,13 @@ def deployable(artifacts_dir, machine, glibc):
     """The llama-server artifact that runs on a device (``machine`` as ``uname -m`` says, ``glibc``
     as ``getconf GNU_LIBC_VERSION`` says) and the GGUF engine, from the manifests the packager wrote
     beside the tarballs in ``artifacts_dir``: (runtime manifest, engine manifest), each with its
-    tarball's ``path``. The newest build the device's glibc runs is chosen."""
-    servers, engines = [], []
-    for sidecar in sorted(Path(artifacts_dir).glob("edgetune-*.tar.gz.manifest.json")):
-        try:
-            manifest = json.loads(sidecar.read_text())
-        except ValueError:
-            continue
-        manifest["path"] = str(sidecar)[:-len(".manifest.json")]
-        # The packager writes requires.glibc as ">=X.Y".
-        wants = ((manifest.get("compatibility") or {}).get("requires") or {}).get("glibc") or ">=0"
-        if manifest.get("kind") == "runtime" and manifest.get("name") == SERVER_NAME \
-                and manifest.get("architecture") == machine \
-                and _version_tuple(glibc) >= _version_tuple(wants.lstrip(">=")):
-            servers.append((_version_tuple(wants.lstrip(">=")), manifest))
-        elif manifest.get("kind") == "engine" and manifest.get("format") == "gguf" \
-                and manifest.get("name") == ENGINE_NAME:
-            engines.append(manifest)
-    if not servers or not engines:
-        raise UsageError("no %s artifact for %s with glibc %s or no GGUF engine in %s: run `make artifacts`%s"
-                         % (SERVER_NAME, machine, glibc, artifacts_dir,
-                            "" if machine == host_arch() else " ARCH=%s" % machine))
-    return max(servers, key=lambda item: item[0])[1], engines[-1]
-
-
-def deploy_args(server, engine):
-    """The extra variables that deploy this pair with edge_runtime."""
-    return ["-e", "edge_runtime_runtime_src=%s" % server["path"], "-e", "edge_runtime_engine_src=%s" % engine["path"]]
+    tarball's ``path``. The same choice as edge_runtime's default (``auto``) makes on the device."""
+    from ansible_collections.edgetune.fleet.plugins.module_utils import edge_artifact
+    try:
+        return edge_artifact.default_release(str(artifacts_dir), {"architecture": machine, "glibc": glibc},
+                                             unknown=("python", "tensorrt", "rknn"))
+    except edge_artifact.ArtifactError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _build_name(build):

@@ -72,6 +72,22 @@ def current_release(host):
     return host.check_output("readlink %s/current" % ROOT)
 
 
+def deployed(host):
+    """The current release's record (release.json): its artifacts and their manifests."""
+    return json.loads(host.file("%s/current/release.json" % ROOT).content_string)
+
+
+def serves_llm(host):
+    """Whether the current release is llama.cpp's server (the default) or the MLP test fixture."""
+    return deployed(host)["manifests"]["runtime"]["name"] == "llama-server"
+
+
+def health_status(host):
+    """The HTTP status of the current release's readiness endpoint (llama-server's /health, the
+    fixture's /healthz)."""
+    return (llm_health(host) if serves_llm(host) else health(host))[0]
+
+
 def main_pid(host):
     return int(host.check_output("systemctl show -p MainPID --value %s" % UNIT))
 
@@ -128,10 +144,26 @@ def cpulist(text):
 
 
 # ------------------------------------------------------------------ end state
+def llm_completion(host, prompt, max_tokens, port=PORT):
+    """The text llama-server completes ``prompt`` with at temperature 0 (OpenAI-compatible API)."""
+    code = ("import json, urllib.request\n"
+            "body = json.dumps({'prompt': %r, 'max_tokens': %d, 'temperature': 0}).encode()\n"
+            "r = urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:%d/v1/completions', data=body,\n"
+            "    headers={'Content-Type': 'application/json'}), timeout=120)\n"
+            "print(json.dumps(json.loads(r.read())['choices'][0]['text']))\n" % (prompt, max_tokens, port))
+    return on_device(host, code)
+
+
 @pytest.mark.device
 def test_runtime_answers_with_the_engines_golden_result(host, runtime):
     port = runtime["port"]
     assert host.service(UNIT).is_running and host.service(UNIT).is_enabled
+    if serves_llm(host):
+        # The engine's record of a known prompt at temperature 0, kept in the release.
+        golden = deployed(host)["manifests"]["engine"]["golden"]
+        assert llm_health(host, port) == [200, {"status": "ok"}]
+        assert llm_completion(host, golden["prompt"], golden["max_tokens"], port) == "".join(golden["tokens"])
+        return
     status, body = health(host, port)
     assert status == 200 and body["status"] == "ready" and body["warmup"]["golden_checked"] >= 1
     model = json.loads(host.file("%s/current/engine/model.json" % ROOT).content_string)
@@ -152,26 +184,35 @@ def test_release_layout(host):
     for kind in ("runtime", "engine"):
         sha = host.check_output("sha256sum /var/cache/edgetune/artifacts/%s" % record["artifacts"][kind]["file"])
         assert sha.split()[0] == record["artifacts"][kind]["sha256"]
-    assert host.file("%s/%s/runtime/edgetune-runtime" % (ROOT, release)).user == "root"
+    entry = host.file("%s/%s/runtime/%s" % (ROOT, release, record["manifests"]["runtime"]["entry"]))
+    assert entry.is_file and entry.user == "root" and entry.mode & 0o022 == 0
 
 
 def test_service_runs_sandboxed_as_its_own_user(host):
     props = dict(line.split("=", 1) for line in host.check_output(
         "systemctl show %s -p User -p Type -p NoNewPrivileges -p ProtectSystem -p PrivateTmp -p Slice "
         "-p LimitRTPRIO -p LimitMEMLOCK -p Restart -p ReadWritePaths -p StateDirectory" % UNIT).splitlines())
-    assert props["User"] == "edgetune-rt" and props["Type"] == "notify"
+    llm = serves_llm(host)
+    assert props["User"] == "edgetune-rt" and props["Type"] == ("exec" if llm else "notify")
     assert props["NoNewPrivileges"] == "yes" and props["ProtectSystem"] == "strict" and props["PrivateTmp"] == "yes"
     assert props["Slice"] == "ai-infer.slice" and props["LimitRTPRIO"] == "40"
     assert props["LimitMEMLOCK"] == str(512 * 1024 * 1024) and props["Restart"] == "on-failure"
     limits = host.file("/proc/%d/limits" % main_pid(host)).content_string
     memlock = int(re.search(r"^Max locked memory\s+(\S+)", limits, re.M).group(1).replace("unlimited", "-1"))
-    mlocked = health(host)[1]["mlocked"]
-    if memlock == -1 or memlock >= 512 * 1024 * 1024:
-        assert mlocked is True  # mlockall(MCL_CURRENT) fits in LimitMEMLOCK
+    if llm:
+        # llama-server maps the model and locks it (LLAMA_ARG_LOAD_MODE=mmap+mlock) where the limit allows.
+        model = deployed(host)["manifests"]["engine"]["entry"]
+        size = int(host.check_output("stat -c %%s %s/current/engine/%s" % (ROOT, model)))
+        locked_kb = int(re.search(r"^VmLck:\s+(\d+) kB", host.file("/proc/%d/status" % main_pid(host)).content_string,
+                                  re.M).group(1))
+        if memlock == -1 or memlock >= 512 * 1024 * 1024:
+            assert locked_kb * 1024 >= size * 0.9, (locked_kb, size)
+    elif memlock == -1 or memlock >= 512 * 1024 * 1024:
+        assert health(host)[1]["mlocked"] is True  # mlockall(MCL_CURRENT) fits in LimitMEMLOCK
     else:
         # systemd could not raise the hard limit (a container without CAP_SYS_RESOURCE): the runtime
         # must say it is not locked rather than pretend.
-        assert mlocked is False
+        assert health(host)[1]["mlocked"] is False
     assert props["ReadWritePaths"] == "/var/lib/edgetune-runtime" and props["StateDirectory"] == "edgetune-runtime"
     uid = host.user("edgetune-rt").uid
     status = host.file("/proc/%d/status" % main_pid(host)).content_string
@@ -199,9 +240,10 @@ def recorded_refusal(host, env, runtime):
 @pytest.mark.device
 def test_threads_run_with_the_policy_and_cpus_they_claim(host, expected, runtime):
     threads = thread_sched(host, main_pid(host))
-    names = sorted(t[0] for t in threads)
-    assert names == sorted(["et-main", "et-accept"] + ["et-infer-%d" % i for i in range(runtime["infer_threads"])]
-                           + ["et-http-%d" % i for i in range(runtime["http_threads"])])
+    if not serves_llm(host):
+        names = sorted(t[0] for t in threads)
+        assert names == sorted(["et-main", "et-accept"] + ["et-infer-%d" % i for i in range(runtime["infer_threads"])]
+                               + ["et-http-%d" % i for i in range(runtime["http_threads"])])
     unit_text = host.file("/etc/systemd/system/%s" % UNIT).content_string
     directives = [line for line in unit_text.splitlines() if line and not line.startswith("#")]
     env = host.file("/etc/edgetune/runtime.env").content_string
@@ -327,7 +369,7 @@ def test_engine_for_another_board_is_refused_before_anything_changes(host, relea
     else:
         assert "not installed on this board" in flat(out)  # r36.4 ships TensorRT 10.3; the twin has no libnvinfer
     assert "loads engine formats edgetune-mlp-json/1, not tensorrt-plan" in flat(out)
-    assert snapshot(host) == before and health(host)[0] == 200
+    assert snapshot(host) == before and health_status(host) == 200
 
 
 @pytest.mark.one_board
@@ -372,13 +414,13 @@ def llm_artifacts(host):
     return llm.deployable(PROJECT / ".cache" / "artifacts", machine, glibc)
 
 
-def llm_health(host):
+def llm_health(host, port=PORT):
     code = ("import json, urllib.request\n"
             "try:\n"
             "    r = urllib.request.urlopen('http://127.0.0.1:%d/health', timeout=10)\n"
             "    print(json.dumps([r.status, json.loads(r.read())]))\n"
             "except urllib.error.HTTPError as e:\n"
-            "    print(json.dumps([e.code, None]))\n" % PORT)
+            "    print(json.dumps([e.code, None]))\n" % port)
     return on_device(host, code)
 
 
@@ -401,14 +443,15 @@ def repackaged_engine(engine, out, version, flip_magic=False, compatibility=None
 
 
 @pytest.mark.one_board
-def test_llama_server_serves_the_gguf_engine_gated_on_streamed_token_latency(host):
+def test_llama_server_serves_the_gguf_engine_gated_on_streamed_token_latency(host, releases):
     """llama-server in the slice with one thread per inference CPU, hardened, gated on the stream
-    and the engine's first tokens; a damaged GGUF rolls back, an engine for another SoC is refused."""
+    and the engine's first tokens; a damaged GGUF rolls back, an engine for another SoC is refused.
+    The release the role's default (auto) picks, named here as a user would."""
     name = host.backend.host
     server, engine = llm_artifacts(host)
     release = "releases/%s+%s-%s" % (server["version"], engine["name"], engine["version"])
-    if current_release(host) == release:  # a rerun: start from another release, so that the gates run
-        assert recap(run_deploy(host), name)["failed"] == 0
+    if current_release(host) == release:  # start from the fixture's release, so that the gates run
+        assert recap(run_deploy(host, *release_args(releases["0.9.1"])), name)["failed"] == 0
     out = run_deploy(host, *release_args((server, engine)))
     assert recap(out, name)["failed"] == 0, out[-3000:]
     text = flat(out)
@@ -463,11 +506,11 @@ def test_llama_server_serves_the_gguf_engine_gated_on_streamed_token_latency(hos
 
 @pytest.mark.one_board
 def test_back_to_the_inventorys_release(host):
-    """Leave the twin as converged: the default artifacts, unchanged on a rerun."""
+    """Leave the twin as converged: the role's default release (auto: the llama-server build this
+    twin runs and the GGUF engine), unchanged on a rerun."""
     out = run_deploy(host)
     assert recap(out, host.backend.host)["failed"] == 0, out[-3000:]
-    version = re.search(r'__version__ = "([^"]+)"',
-                        (PROJECT / "runtime" / "edgetune_runtime" / "__init__.py").read_text()).group(1)
-    assert current_release(host) == "releases/%s+mlp-small-0.1.0" % version
-    assert health(host)[1]["runtime_version"] == version
+    server, engine = llm_artifacts(host)
+    assert current_release(host) == "releases/%s+%s-%s" % (server["version"], engine["name"], engine["version"])
+    assert llm_health(host) == [200, {"status": "ok"}]
     assert recap(run_deploy(host), host.backend.host)["changed"] == 0

@@ -113,7 +113,7 @@ def test_runtime_threads_run_fifo_on_the_inference_cpus(host, config):
         assert last_cpu in cpulist(INFERENCE), comm                       # where it last ran
     assert read(host, "/proc/sys/kernel/sched_rt_runtime_us") != "-1"       # real RT throttling is on
     answer = host.run("python3 -c %s" % quote(
-        "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:%d/healthz', timeout=10).status)"
+        "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:%d/health', timeout=10).status)"
         % config["edge_runtime_port"]))
     assert answer.stdout.strip() == "200", answer.stdout + answer.stderr
 
@@ -146,7 +146,7 @@ def test_ebpf_classifier_is_attached_and_moves_the_htb_counters(host, config):
     # Answers of the runtime (its port, through qemu's forward from the host's loopback).
     port = vm_status()["forwards"][str(config["edge_runtime_port"])]
     for _ in range(20):
-        with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=30) as answer:
+        with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=30) as answer:
             assert answer.status == 200
     after_port = htb_counters(host, interface)
     assert after_port[high] - before[high] >= 20, (before, after_port)

@@ -35,8 +35,6 @@ GROUP_LABEL = "io.edgetune.group"
 # (a test's fleet beside the demo's). Twins made before it count as the default's.
 INVENTORY_LABEL = "io.edgetune.inventory"
 DEFAULT_INVENTORY_DIR = "inventory/twin"
-# Where `make artifacts` packages the runtimes (edge_runtime's default artifacts directory).
-ARTIFACTS_DIR = HERE.parents[2] / ".cache" / "artifacts"
 
 # The systemd container recipe of ../shared/TESTBED.md: --privileged is not
 # available here, so the capabilities are listed one by one.  LINUX_IMMUTABLE
@@ -339,30 +337,6 @@ def up(fleet, say=print, inventory_dir=None):
     return [name for name, _ in wanted]
 
 
-def llm_runtime_vars(names, artifacts_dir=None):
-    """edge_runtime's variables that deploy llama-server and the SmolLM2 GGUF to these twins: the
-    build their machine and oldest glibc run (file names in the checkout's artifacts directory,
-    the role's default place). Empty, and said, when `make artifacts` has not packaged them."""
-    from edgetune import llm
-    from edgetune.errors import UsageError
-    if not names:
-        return {}
-    glibcs = set()
-    for name in names:
-        found = run(["docker", "exec", name, "getconf", "GNU_LIBC_VERSION"])
-        if found.returncode == 0 and found.stdout.split():
-            glibcs.add(found.stdout.split()[-1])
-    if not glibcs:
-        return {}
-    oldest = min(glibcs, key=lambda text: tuple(int(part) for part in text.split(".") if part.isdigit()))
-    try:
-        server, engine = llm.deployable(artifacts_dir or ARTIFACTS_DIR, llm.host_arch(), oldest)
-    except UsageError as exc:
-        print("edgetune: the twins' inventory deploys the role's default runtime: %s" % exc, file=sys.stderr)
-        return {}
-    return {"edge_runtime_runtime_src": Path(server["path"]).name, "edge_runtime_engine_src": Path(engine["path"]).name}
-
-
 def write_inventory(directory):
     """DIRECTORY/hosts.yml (inventory/twin/ by default) with groups orin-fleet and rk3588-fleet:
     the fleet twins `twin up` made for this directory."""
@@ -375,9 +349,7 @@ def write_inventory(directory):
             continue
         groups[group][twin["name"]] = None
     inventory = {"all": {
-        "vars": dict({"ansible_connection": "community.docker.docker",
-                      "ansible_python_interpreter": "/usr/bin/python3"},
-                     **llm_runtime_vars([name for hosts in groups.values() for name in hosts])),
+        "vars": {"ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"},
         "children": {"twins": {"children": {g: {"hosts": hosts} for g, hosts in groups.items()}}},
     }}
     import yaml
