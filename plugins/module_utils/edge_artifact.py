@@ -463,9 +463,12 @@ def default_release(artifacts_dir, device, platform=None, unknown=()):
     for manifest in manifests:
         if manifest.get("kind") == "runtime" and manifest.get("name") == DEFAULT_RUNTIME:
             problems = compatibility_problems(manifest, device, platform, unknown)
-            (refused if problems else servers).append((manifest, problems))
+            if problems:
+                refused.append(problems[0])
+            else:
+                servers.append(manifest)
     if not servers:
-        why = "; ".join(sorted(set(problems[0] for _, problems in refused)))
+        why = "; ".join(sorted(set(refused)))
         raise ArtifactError("no %s build in %s runs on this board (%s, glibc %s)%s. Build one with `make artifacts%s`, "
                             "or name the runtime tarball" % (
                                 DEFAULT_RUNTIME, artifacts_dir, device.get("architecture") or "unknown",
@@ -477,7 +480,7 @@ def default_release(artifacts_dir, device, platform=None, unknown=()):
         spec = str(((manifest.get("compatibility") or {}).get("requires") or {}).get("glibc") or "")
         return parse_version(spec.lstrip("<>=!")) or (0,)
 
-    server = max((m for m, _ in servers), key=lambda m: (parse_version(m.get("version")) or (0,), glibc_wanted(m)))
+    server = max(servers, key=lambda m: (parse_version(m.get("version")) or (0,), glibc_wanted(m)))
     engines = [m for m in manifests if m.get("kind") == "engine" and m.get("format") in PORTABLE_ENGINE_FORMATS
                and not pairing_problems(server, m) and not compatibility_problems(m, device, platform, unknown)]
     names = sorted(set(str(m.get("name")) for m in engines))

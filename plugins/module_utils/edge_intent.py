@@ -992,9 +992,9 @@ class _Checker(object):
             digest = v[sha].strip().lower()
             if v[src] == artifact.AUTO:
                 if source != "controller":
+                    wanted = "URL" if source == "url" else "absolute path on the device"
                     self.problem(src, "auto picks a tarball on the controller, and edge_runtime_artifact_source is "
-                                      "%s; allowed: the %s's %s" % (source, kind, "URL" if source == "url"
-                                                                     else "absolute path on the device"))
+                                      "%s; allowed: the %s's %s" % (source, kind, wanted))
                 elif digest:
                     self.problem(sha, "set for edge_runtime_%s_src: auto, which reads the sha256 from the chosen "
                                       "tarball's .manifest.json; allowed: \"\" or a named tarball" % kind)

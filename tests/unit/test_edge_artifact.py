@@ -438,8 +438,8 @@ def test_auto_refuses_a_device_no_build_runs_and_says_what_to_build(packaged, tm
 
 def test_auto_needs_one_gguf_engine_the_board_accepts(packaged):
     device = {"architecture": "x86_64", "glibc": "2.36", "soc": "tegra234", "l4t": {"version": "36.4.3"}}
-    sidecar(packaged, "edgetune-engine-other-1.0", dict(GGUF, name="other-7b", version="1.0",
-                                                       compatibility={"socs": ["rk3588"]}))
+    other = dict(GGUF, name="other-7b", version="1.0", compatibility={"socs": ["rk3588"]})
+    sidecar(packaged, "edgetune-engine-other-1.0", other)
     assert default_release(str(packaged), device)[1]["version"] == "0.1.2"  # other-7b is for rk3588 only
     with pytest.raises(ArtifactError, match=r"more than one GGUF engine in .* \(other-7b, smollm2-135m-instruct-q4_1\)"
                                             r": name the one to deploy"):
