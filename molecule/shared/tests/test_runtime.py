@@ -145,11 +145,13 @@ def cpulist(text):
 
 # ------------------------------------------------------------------ end state
 def llm_completion(host, prompt, max_tokens, port=PORT):
-    """The text llama-server completes ``prompt`` with at temperature 0 (OpenAI-compatible API)."""
+    """The text llama-server completes ``prompt`` with at temperature 0 (OpenAI-compatible API).
+    The timeout allows for emulated CPUs (the VM twin: about 20 s to the first token, 6.5 s per
+    next one on an idle host)."""
     code = ("import json, urllib.request\n"
             "body = json.dumps({'prompt': %r, 'max_tokens': %d, 'temperature': 0}).encode()\n"
             "r = urllib.request.urlopen(urllib.request.Request('http://127.0.0.1:%d/v1/completions', data=body,\n"
-            "    headers={'Content-Type': 'application/json'}), timeout=120)\n"
+            "    headers={'Content-Type': 'application/json'}), timeout=600)\n"
             "print(json.dumps(json.loads(r.read())['choices'][0]['text']))\n" % (prompt, max_tokens, port))
     return on_device(host, code)
 
