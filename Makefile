@@ -55,7 +55,7 @@ engine: venv
 images: venv
 	edgetune twin images
 
-# The VM twin's disk (cached in .cache/vm/): root, loop devices, qemu-system-x86, extlinux.
+# The VM twin's disk (cached in ~/.cache/edgetune/vm/): root, loop devices, qemu-system-x86, extlinux.
 vm-image: venv
 	edgetune vm build
 

@@ -71,7 +71,7 @@ def cmd_console(args):
 def add_parser(subparsers):
     vm = subparsers.add_parser("vm", help="the VM twin: real kernel and bootloader under qemu (emulated)")
     sub = vm.add_subparsers(dest="vm_command", required=True)
-    p = sub.add_parser("build", help="build the VM image (cached in .cache/vm/, needs root)")
+    p = sub.add_parser("build", help="build the VM image (cached in ~/.cache/edgetune/vm/, needs root)")
     p.add_argument("--force", action="store_true", help="rebuild even if cached")
     p.set_defaults(func=cmd_build)
     p = sub.add_parser("up", help="boot the VM (overlay on the cached image), wait for SSH, "

@@ -1,4 +1,4 @@
-"""Build the VM twin's disk image (cached under .cache/vm/<digest>/).
+"""Build the VM twin's disk image (cached under ~/.cache/edgetune/vm/<digest>/).
 
 A raw disk with one msdos partition (ext4 without metadata_csum and 64bit, so
 syslinux reads it), a debootstrapped Debian with its distribution kernel,
@@ -21,7 +21,11 @@ from edgetune.twin import manager
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
-CACHE = Path(os.environ.get("EDGETUNE_VM_CACHE", REPO / ".cache" / "vm"))
+# The image is shared by every checkout on the machine (a few GiB and minutes
+# to build, so a fresh clone does not build it again): the user's cache, one
+# directory per digest of the image's inputs.
+CACHE = Path(os.environ.get("EDGETUNE_VM_CACHE")
+             or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edgetune" / "vm")
 TWIN_GUEST = manager.HERE / "guest"
 VM_GUEST = HERE / "guest"
 

@@ -24,7 +24,7 @@ from edgetune.errors import UsageError
 from edgetune.vm import image
 
 NAME = "vm-" + image.BOARD
-RUN = image.CACHE / "run"
+RUN = image.REPO / ".cache" / "vm" / "run"   # this checkout's VM, not the shared image cache
 HOST_VARS = Path(__file__).resolve().parent / "host_vars" / (NAME + ".yml")
 CPUS = 8          # the board's CPU count: isolcpus=4-7 means what it says
 MEMORY_MB = 2048
