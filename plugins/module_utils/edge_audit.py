@@ -90,14 +90,15 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import
     describe_changes, pending_changes, split_cmdline, token_key)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import (
     format_cpulist, parse_cpulist, parse_cpumask)
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_pcie import VcError, prepare as pcie_prepare
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_pcie import prepare as pcie_prepare
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_nvpmodel import (
     DEFAULT_CONF, DEFAULT_STATUS_FILE, parse_conf, parse_query_output, parse_status, pending_settings)
 
 try:
     from ansible_collections.edgetune.fleet.plugins.module_utils.edge_irq import (
-        DEFAULT_AFFINITY, WORKQUEUE_MASK, IrqError, classify, compile_patterns, known_refusals, mask_target,
+        DEFAULT_AFFINITY, WORKQUEUE_MASK, classify, compile_patterns, known_refusals, mask_target,
         read_interrupts, read_irqs, read_state, validate_cpus)
 except ImportError:  # an on-device install without edge_irq.py: only the irq_affinity checks fail
     classify = None
@@ -234,7 +235,7 @@ def check_irq_affinity(check, root):
                 return "unsupported", "this kernel has no unbound workqueue cpumask (/%s)" % relpath, None, None
             return "drifted", "/%s is missing" % relpath, None, None
         before = parse_cpumask(_read(root, relpath).strip())
-    except IrqError as exc:
+    except EdgeError as exc:
         return "error", str(exc), None, None
     running = format_cpulist(before)
     if mask_target(before, wanted, check.get("keep_subsets", True)) == before:
@@ -303,7 +304,7 @@ def check_pcie_vc(check, root):
     try:
         ends, tcs, reasons, _result = pcie_prepare(
             root, check.get("device"), check.get("device_class"), check.get("tcs") or [], vc_id)
-    except VcError as exc:
+    except EdgeError as exc:
         return "error", str(exc), None, None
     if reasons:
         return "unsupported", "; ".join(reasons), None, None

@@ -14,17 +14,26 @@ end state one of the two orders is always safe:
 - min first needs new_min <= cur_max;
 - max first needs cur_min <= new_max, which holds whenever new_min > cur_max
   (cur_min <= cur_max < new_min <= new_max).
+
+The module edge_dvfs and the boot program (edge_boot, kind ``dvfs``) share
+:func:`run`: the module applies its options, saves :func:`state_settings` with
+edge_boot.sync, and :func:`boot_apply` re-applies those settings at boot.
 """
 
 import errno
 import os
 import re
 
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+
 CPUFREQ = "cpufreq"
 DEVFREQ = "devfreq"
 ATTRS = ("governor", "min_freq", "max_freq")
 FREQ_ATTRS = ("min_freq", "max_freq")
 SNAPS = ("exact", "down", "up", "nearest")
+# The keys of an entry (the module's options; a saved entry has policy, never cpus, and may have snap).
+CPUFREQ_KEYS = ("policy", "cpus", "governor", "min_freq", "max_freq")
+DEVFREQ_KEYS = ("node", "governor", "min_freq", "max_freq")
 
 CPU_DIR = "sys/devices/system/cpu"
 CPUFREQ_DIR = CPU_DIR + "/cpufreq"
@@ -363,3 +372,283 @@ def readback_errors(kind, directory, final):
             errors.append("%s: expected %s, read back %s"
                           % (os.path.join(directory, FILES[kind][attr]), final[attr], state[attr]))
     return errors
+
+
+# --------------------------------------------------------------------------
+# Applying (the module and the boot program)
+
+class Target(object):
+    """One policy or devfreq node: where it is, what is wanted, what was found and done."""
+
+    def __init__(self, kind, name, key, directory, desired):
+        self.kind = kind
+        self.name = name  # policy4 / fb000000.gpu
+        self.key = key  # 4 / fb000000.gpu (as saved in the state file)
+        self.directory = directory
+        self.desired = desired
+        self.current = self.available = self.final = self.after = None
+        self.writes = []
+        # Why the target is left out now (a policy whose CPUs are all offline), or None.
+        self.inactive = None
+
+    def report(self):
+        files = FILES[self.kind]
+        return {
+            "path": self.directory,
+            "managed": [a for a in ATTRS if a in (self.final or {})],
+            "before": self.current,
+            "after": self.after,
+            "writes": [{"file": files[a], "old": old, "new": new} for a, old, new in self.writes],
+        }
+
+    def lines(self, state):
+        files = FILES[self.kind]
+        return ["%s: %s" % (os.path.join(self.directory, files[a]), state[a])
+                for a in ATTRS if a in self.final]
+
+
+def _wanted(entry, keys):
+    return {k: entry[k] for k in keys if entry.get(k) is not None}
+
+
+def entry_errors(kind, entry, extra=()):
+    """Shape checks of one entry (the argument spec does them for Ansible; the boot program
+    for saved settings, whose entries may also have the keys ``extra``)."""
+    if not isinstance(entry, dict):
+        return ["%s entry %r is not a mapping" % (kind, entry)]
+    keys = (CPUFREQ_KEYS if kind == CPUFREQ else DEVFREQ_KEYS) + tuple(extra)
+    unknown = sorted(set(entry) - set(keys))
+    if unknown:
+        return ["%s entry %r: unknown keys %s" % (kind, entry, ", ".join(unknown))]
+    if kind == CPUFREQ:
+        given = [k for k in ("policy", "cpus") if entry.get(k) is not None]
+        if len(given) != 1:
+            return ["cpufreq entry %r needs exactly one of policy, cpus" % (entry,)]
+        if isinstance(entry[given[0]], bool) or not isinstance(entry[given[0]], int):
+            return ["cpufreq entry %r: %s must be an integer" % (entry, given[0])]
+    elif not isinstance(entry.get("node"), str) or not entry["node"]:
+        return ["devfreq entry %r needs a node name" % (entry,)]
+    return []
+
+
+def select_targets(root, cpufreq, devfreq, fail_on_missing):
+    """Map the option entries to Targets; returns (targets, skipped, errors)."""
+    targets, skipped, errors = [], [], []
+    policies = list_policies(root)
+    nodes = list_devfreq(root)
+
+    def missing(kind, name, msg, reason="missing"):
+        if fail_on_missing:
+            errors.append(msg)
+        else:
+            skipped.append({"kind": kind, "name": name, "msg": msg, "reason": reason})
+
+    for entry in cpufreq:
+        problems = entry_errors(CPUFREQ, entry)
+        if problems:
+            errors.extend(problems)
+            continue
+        number = entry.get("policy")
+        if number is None:
+            try:
+                number = policy_for_cpu(root, entry["cpus"])
+            except LookupError as exc:
+                missing(CPUFREQ, "cpu%d" % entry["cpus"], str(exc))
+                continue
+        if number not in policies:
+            missing(CPUFREQ, "policy%d" % number, "policy%d not found; present: %s"
+                    % (number, describe_policies(root)))
+            continue
+        try:
+            inactive = inactive_reason(root, number, policies[number])
+        except OSError as exc:
+            errors.append("policy%d: %s" % (number, exc))
+            continue
+        desired = _wanted(entry, ATTRS)
+        target = Target(CPUFREQ, "policy%d" % number, number, policies[number], desired)
+        if inactive:
+            missing(CPUFREQ, "policy%d" % number, inactive, "inactive")
+            if fail_on_missing:
+                continue
+            # Kept (not applied) so that the state file carries it to the next boot.
+            target.inactive = inactive
+        targets.append(target)
+
+    for entry in devfreq:
+        problems = entry_errors(DEVFREQ, entry)
+        if problems:
+            errors.extend(problems)
+            continue
+        node = entry["node"]
+        if node not in nodes:
+            missing(DEVFREQ, node, "devfreq node %s not found; present: %s"
+                    % (node, " ".join(sorted(nodes)) or "none"))
+            continue
+        targets.append(Target(DEVFREQ, node, node, nodes[node], _wanted(entry, ATTRS)))
+
+    seen = set()
+    for target in targets:
+        if (target.kind, target.name) in seen:
+            errors.append("%s is given more than once (as policy or through cpus)" % target.name)
+        seen.add((target.kind, target.name))
+    return targets, skipped, errors
+
+
+def _write(target, attr, old, new):
+    path = os.path.join(target.directory, FILES[target.kind][attr])
+    try:
+        write_sysfs(path, new)
+    except OSError as exc:
+        raise EdgeError("writing %s to %s failed: %s" % (new, path, exc.strerror or exc)) from None
+    target.writes.append((attr, old, new))
+
+
+def apply_target(target):
+    """Governor, then the limits planned against what the kernel shows after it, then read back."""
+    target.writes = []
+    current = target.current
+    if "governor" in target.final and target.final["governor"] != current["governor"]:
+        _write(target, "governor", current["governor"], target.final["governor"])
+        current = read_state(target.kind, target.directory)
+    for attr, old, new in limit_writes(current, target.final):
+        _write(target, attr, old, new)
+    target.after = read_state(target.kind, target.directory)
+    errors = readback_errors(target.kind, target.directory, target.final)
+    if errors:
+        raise EdgeError(errors)
+
+
+def _report(targets):
+    """The module's ``settings`` result: per kind and name, what was found and done."""
+    report = {CPUFREQ: {}, DEVFREQ: {}}
+    for target in targets:
+        if target.current is not None:
+            report[target.kind][target.name] = target.report()
+    return report
+
+
+def run(root, cpufreq=(), devfreq=(), snap="exact", fail_on_missing=True, check_mode=False):
+    """Read, validate, plan and (unless check_mode) apply and read back.
+
+    Returns (result, targets); ``targets`` holds the applied ones and, with
+    fail_on_missing=False, the inactive policies (``target.inactive`` set, nothing read or
+    written) for the state file. Raises EdgeError; on a validation error nothing was written.
+    """
+    if snap not in SNAPS:
+        raise EdgeError("snap %r is not one of %s" % (snap, ", ".join(SNAPS)))
+    selected, skipped, errors = select_targets(root, cpufreq or [], devfreq or [], fail_on_missing)
+    targets = [target for target in selected if not target.inactive]
+    for target in targets:
+        try:
+            target.current = read_state(target.kind, target.directory)
+            target.available = read_available(target.kind, target.directory, target.name)
+            target.final = resolve(target.current, target.desired, target.available, snap)
+            target.writes = plan(target.current, target.desired, target.available, snap)
+        except (ValueError, OSError) as exc:
+            errors.append(str(exc))
+    if errors:
+        raise EdgeError(errors, left_out=skipped)
+
+    done = []
+    for target in targets:
+        if check_mode:
+            target.after = apply_state(target.current, target.writes)
+            continue
+        try:
+            apply_target(target)
+        except (EdgeError, OSError, ValueError) as exc:
+            messages = exc.errors if isinstance(exc, EdgeError) else [str(exc)]
+            raise EdgeError(messages, settings=_report(done + [target]), left_out=skipped,
+                            changed=any(t.writes for t in done + [target])) from None
+        done.append(target)
+
+    result = {
+        "changed": any(target.writes for target in targets),
+        "settings": _report(targets),
+        "left_out": skipped,
+    }
+    return result, targets + [target for target in selected if target.inactive]
+
+
+# --------------------------------------------------------------------------
+# Boot-time state (kind "dvfs" of edge_boot)
+
+def state_settings(targets, snap="exact"):
+    """The settings saved for the boot: {cpufreq: [entries], devfreq: [entries]}, sorted.
+
+    An entry is {policy or node, and the resolved governor, min_freq, max_freq managed}. An
+    inactive policy is saved with its values as given; its frequencies are resolved at boot,
+    with the entry's ``snap`` (saved when they are numbers and ``snap`` is not exact).
+    """
+    settings = {CPUFREQ: [], DEVFREQ: []}
+    for target in targets:
+        entry = {"policy" if target.kind == CPUFREQ else "node": target.key}
+        if target.inactive:
+            entry.update(target.desired)
+            numbers = [v for k, v in target.desired.items() if k in FREQ_ATTRS and v not in ("min", "max")]
+            if numbers and snap != "exact":
+                entry["snap"] = snap
+        else:
+            entry.update(target.final)
+        settings[target.kind].append(entry)
+    settings[CPUFREQ].sort(key=lambda e: e["policy"])
+    settings[DEVFREQ].sort(key=lambda e: e["node"])
+    return settings
+
+
+def settings_errors(settings):
+    """What makes saved settings unusable: one message per problem (empty when they are fine)."""
+    if not isinstance(settings, dict):
+        return ["settings %r are not a mapping of cpufreq and devfreq entries" % (settings,)]
+    problems = []
+    unknown = sorted(set(settings) - {CPUFREQ, DEVFREQ})
+    if unknown:
+        problems.append("settings: unknown keys %s (known: %s, %s)" % (", ".join(unknown), CPUFREQ, DEVFREQ))
+    for kind in (CPUFREQ, DEVFREQ):
+        entries = settings.get(kind, [])
+        if not isinstance(entries, list):
+            problems.append("settings: %s is %r, not a list of entries" % (kind, entries))
+            continue
+        for entry in entries:
+            found = entry_errors(kind, entry, extra=("snap",))
+            if not found and entry.get("snap", "exact") not in SNAPS:
+                found = ["%s entry %r: snap %r is not one of %s"
+                         % (kind, entry, entry["snap"], ", ".join(SNAPS))]
+            problems.extend(found)
+    return problems
+
+
+def boot_apply(settings, root="/"):
+    """Re-apply saved settings (edge_boot's kind ``dvfs``): (changes, errors) as lines.
+
+    Each entry on its own: a node whose driver did not load must not keep the others untuned.
+    A missing policy or node is an error; a policy whose CPUs the power mode keeps offline is
+    left as it is (a line among the changes). EdgeError when the settings are malformed.
+    """
+    problems = settings_errors(settings)
+    if problems:
+        raise EdgeError(problems)
+    changes, errors = [], []
+    for kind in (CPUFREQ, DEVFREQ):
+        for saved in settings.get(kind, []):
+            entry = dict(saved)
+            snap = entry.pop("snap", "exact")
+            lists = ([entry], []) if kind == CPUFREQ else ([], [entry])
+            try:
+                result, targets = run(root, lists[0], lists[1], snap, fail_on_missing=False)
+            except EdgeError as exc:
+                errors.extend(exc.errors)
+                continue
+            except Exception as exc:  # one line, and the other entries still applied
+                errors.append("%s entry %r: %s" % (kind, entry, exc))
+                continue
+            for item in result["left_out"]:
+                if item["reason"] == "inactive":
+                    changes.append("%s left as it is: %s" % (item["name"], item["msg"]))
+                else:
+                    errors.append(item["msg"])
+            for target in targets:
+                if not target.inactive:
+                    changes.extend("%s %s: %s -> %s" % (target.name, FILES[target.kind][attr], old, new)
+                                   for attr, old, new in target.writes)
+    return changes, errors

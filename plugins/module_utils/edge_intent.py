@@ -48,6 +48,12 @@ DEPRECATED = {"edge_bootargs_isolate": "edge_cpu_isolate",
               "edge_bootargs_housekeeping": "edge_cpu_housekeeping",
               "edge_bootargs_allow_cpu0": "edge_cpu_allow_cpu0"}
 DEPRECATED_UNTIL = "0.4.0"
+# Variables an edgetune release no longer reads, and why (a warning names them).
+REMOVED = dict.fromkeys(
+    ("edge_cpu_lib_dir", "edge_cpu_state_file", "edge_power_state_file", "edge_pcie_qos_state_file",
+     "edge_cgroups_state_file"),
+    "the settings a reboot loses are saved in /etc/edgetune/boot.d and re-applied by edgetune-boot.service "
+    "(role edge_boot), whose program is in edge_boot_install_dir")
 # The CPU split: typed and checked whenever a role that uses it is checked.
 CPU_OPTIONS = ("edge_cpu_isolate", "edge_cpu_housekeeping", "edge_cpu_allow_cpu0")
 CPU_ROLES = ("edge_bootargs", "edge_cpu", "edge_cgroups", "edge_power", "edge_runtime")
@@ -576,8 +582,7 @@ class _Checker(object):
         v = self.v
         if self.ok("edge_cpu_enabled") and not v["edge_cpu_enabled"]:
             return
-        for name in ("edge_cpu_lib_dir", "edge_cpu_state_file", "edge_cpu_sysctl_file"):
-            self.device_path(name)
+        self.device_path("edge_cpu_sysctl_file")
         if self.ok("edge_cpu_sysctl_file") and (
                 os.path.dirname(v["edge_cpu_sysctl_file"]) not in _SYSCTL_DIRS
                 or not v["edge_cpu_sysctl_file"].endswith(".conf")):
@@ -614,8 +619,7 @@ class _Checker(object):
         v = self.v
         if self.ok("edge_cgroups_enabled") and not v["edge_cgroups_enabled"]:
             return
-        for name in ("edge_cgroups_lib_dir", "edge_cgroups_state_file"):
-            self.device_path(name)
+        self.device_path("edge_cgroups_lib_dir")
         if self.ok("edge_cgroups_slice") and slice_name_problem(v["edge_cgroups_slice"]):
             self.problem("edge_cgroups_slice", slice_name_problem(v["edge_cgroups_slice"]))
         names = ("edge_cgroups_slice", "edge_cgroups_cpu_weight", "edge_cgroups_cpu_quota", "edge_cgroups_memory_max",
@@ -657,7 +661,6 @@ class _Checker(object):
         if self.ok("edge_power_enabled") and not v["edge_power_enabled"]:
             return
         self.device_path("edge_power_jetson_clocks_store_file")
-        self.device_path("edge_power_state_file")
         jetson = self.profile.get("family") == "jetson"
         if self.ok("edge_power_jetson_clocks") and v["edge_power_jetson_clocks"] is not None \
                 and not isinstance(v["edge_power_jetson_clocks"], bool):
@@ -775,7 +778,6 @@ class _Checker(object):
     # ------------------------------------------------------------ edge_pcie_qos
     def edge_pcie_qos(self):
         v = self.v
-        self.device_path("edge_pcie_qos_state_file")
         name = "edge_pcie_qos_timeout"
         if self.ok(name) and not 0 < v[name] <= 60:
             self.problem(name, "allowed: a number of seconds above 0 and at most 60")
@@ -1108,6 +1110,12 @@ class _Checker(object):
             return None
         return {"runtime": server["path"], "engine": engine["path"]}
 
+    # ------------------------------------------------------------ edge_boot
+    def edge_boot(self):
+        if self.ok("edge_boot_enabled") and not self.v["edge_boot_enabled"]:
+            return
+        self.device_path("edge_boot_install_dir")
+
     # ------------------------------------------------------------ edge_audit_timer
     def edge_audit_timer(self):
         v = self.v
@@ -1163,6 +1171,9 @@ def unknown_variables(present, specs, exports=()):
     warnings = []
     for name in sorted(present):
         if not name.startswith("edge_") or name in known:
+            continue
+        if name in REMOVED:
+            warnings.append("%s is no longer used and is ignored: %s" % (name, REMOVED[name]))
             continue
         near = [DEPRECATED.get(n, n) for n in difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)]
         warnings.append("%s is not a variable of any edgetune role or playbook and is ignored%s"
@@ -1233,7 +1244,7 @@ def validate(values, specs, facts=None, profile=None, roles=None, present=(), ex
     checker = _Checker(intent, report, facts, profile, roles, mode, calendar, controller_artifacts, given)
     checker.cpu_sets()
     order = [PLAYBOOKS, "edge_facts", "edge_bootargs", "edge_cpu", "edge_cgroups", "edge_power", "edge_pcie_qos",
-             "edge_netqos", "edge_runtime", "edge_audit_timer"]
+             "edge_netqos", "edge_boot", "edge_runtime", "edge_audit_timer"]
     for role in order:
         if role in roles:
             getattr(checker, role)()

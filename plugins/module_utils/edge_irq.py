@@ -1,10 +1,13 @@
 # Copyright: edgetune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Which interrupts may move, and where they should be: shared by the edge_irq_affinity
-module (which moves them), its boot-time command, and the drift audit (which only reads).
+module (which moves them), the boot program edge_boot (which moves them again at every
+boot, through boot_apply) and the drift audit (which only reads).
 
-Reading only: /proc/irq/<n>/smp_affinity_list (or smp_affinity), /proc/interrupts,
-the online CPUs and the module's state file.  Nothing here writes.  Python 3.8+, stdlib.
+Reads /proc/irq/<n>/smp_affinity_list (or smp_affinity), /proc/interrupts, the online
+CPUs and the module's state file; run() (unless in check mode) and boot_apply() write
+the affinity files, default_smp_affinity and the unbound workqueue cpumask.  Python 3.8+,
+stdlib and the collection's own module utilities only.
 
 Classification of one interrupt against the housekeeping CPUs:
 
@@ -15,17 +18,17 @@ Classification of one interrupt against the housekeeping CPUs:
           says so, ``known_refused`` when the state file recorded a refusal.
 """
 import errno
-import json
 import os
 import re
 
-try:
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import (
-        format_cpulist, parse_cpulist, parse_cpumask)
-except ImportError:  # the boot-time command without Ansible: edge_cpulist.py beside this file
-    from edge_cpulist import format_cpulist, parse_cpulist, parse_cpumask
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import (
+    format_cpulist, format_cpumask, parse_cpulist, parse_cpumask)
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 
-STATE_FORMAT = 1
+# The kind of boot-time state (plugins/module_utils/edge_boot.py) the module saves.
+KIND = "irq_affinity"
+GENERATED_BY = "edge_irq_affinity"
 IRQ_DIR = "proc/irq"
 INTERRUPTS = "proc/interrupts"
 CPU_ONLINE = "sys/devices/system/cpu/online"
@@ -42,15 +45,6 @@ PERCPU_NAMES = re.compile(r"^(arch_timer|arch_mem_timer|arm-pmu|arm_pmu|kvm gues
 MANAGED_NAMES = (re.compile(r"^nvme\d+q[1-9]\d*$"), re.compile(r"^virtio\d+-(req|request)\.\d+$"))
 _ROW = re.compile(r"^\s*(\d+):\s+(.*)$")
 _DESC = re.compile(r"^(?P<chip>\S+)\s+(?P<hwirq>\d+)(?:-|\s+)(?P<trigger>[A-Za-z]+)(?:\s+(?P<name>.*))?$")
-
-
-class IrqError(Exception):
-    """Expected failure: one message per problem, plus result keys for fail_json."""
-
-    def __init__(self, errors, **details):
-        self.errors = list(errors)
-        super().__init__("; ".join(self.errors))
-        self.details = details
 
 
 def under(root, path):
@@ -105,7 +99,7 @@ def read_irqs(root):
     try:
         names = os.listdir(base)
     except OSError as exc:
-        raise IrqError(["cannot read %s: %s (is /proc mounted?)" % (base, exc.strerror or exc)]) from None
+        raise EdgeError(["cannot read %s: %s (is /proc mounted?)" % (base, exc.strerror or exc)]) from None
     irqs = []
     for name in sorted((n for n in names if n.isdigit()), key=int):
         directory = os.path.join(base, name)
@@ -142,7 +136,7 @@ def compile_patterns(unmovable_names):
     try:
         return [re.compile(p) for p in unmovable_names or []]
     except re.error as exc:
-        raise IrqError(["unmovable_names: bad regular expression: %s" % exc]) from None
+        raise EdgeError(["unmovable_names: bad regular expression: %s" % exc]) from None
 
 
 def refused_key(irq, name):
@@ -150,21 +144,21 @@ def refused_key(irq, name):
 
 
 def validate_cpus(root, text):
-    """The housekeeping CPU list -> sorted CPUs; IrqError when empty, malformed or offline."""
+    """The housekeeping CPU list -> sorted CPUs; EdgeError when empty, malformed or offline."""
     try:
         cpus = parse_cpulist(text)
     except ValueError as exc:
-        raise IrqError(["cpus: %s" % exc]) from None
+        raise EdgeError(["cpus: %s" % exc]) from None
     if not cpus:
-        raise IrqError(["cpus is empty: give the housekeeping CPUs, for example 0-3"])
+        raise EdgeError(["cpus is empty: give the housekeeping CPUs, for example 0-3"])
     online_path = under(root, CPU_ONLINE)
     try:
         online = parse_cpulist(read_value(online_path))
     except (OSError, ValueError) as exc:
-        raise IrqError(["cannot read the online CPUs from %s: %s" % (online_path, exc)]) from None
+        raise EdgeError(["cannot read the online CPUs from %s: %s" % (online_path, exc)]) from None
     offline = [c for c in cpus if c not in online]
     if offline:
-        raise IrqError(["housekeeping CPUs %s are not online (online: %s); nothing was changed"
+        raise EdgeError(["housekeeping CPUs %s are not online (online: %s); nothing was changed"
                         % (format_cpulist(offline), format_cpulist(online))])
     return cpus
 
@@ -195,24 +189,225 @@ def mask_target(before, wanted, keep_subsets=True):
 
 
 def read_state(path):
-    """(text, document) of the module's state file; (None, None) when it does not exist."""
-    try:
-        with open(path, "r") as handle:
-            text = handle.read()
-    except OSError as exc:
-        if exc.errno == errno.ENOENT:
-            return None, None
-        raise IrqError(["cannot read state file %s: %s" % (path, exc.strerror or exc)]) from None
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        return text, None
-    if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
-        return text, None
-    return text, doc
+    """(text, settings) of the module's state file: (None, None) when it does not exist,
+    settings None when it is not an irq_affinity state of edge_boot's format."""
+    return edge_boot.read(path, KIND)
 
 
-def known_refusals(doc):
-    refused = (doc or {}).get("refused") or []
+def known_refusals(settings):
+    """The "irq name" keys of the interrupts the state file's settings record as refused."""
+    refused = (settings or {}).get("refused")
+    if not isinstance(refused, list):
+        return set()
     return {refused_key(r["irq"], r.get("name", "")) for r in refused
             if isinstance(r, dict) and isinstance(r.get("irq"), int)}
+
+
+# --------------------------------------------------------------------------
+# Writing: the module's run and the boot-time re-apply
+
+def write_value(path, value):
+    """``echo value > path``: no O_CREAT, a missing file is an error. Tests replace it."""
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, ("%s\n" % value).encode("ascii"))
+    finally:
+        os.close(fd)
+
+
+class Plan(object):
+    def __init__(self):
+        self.moved, self.unmovable, self.kept, self.lines_before, self.lines_after = [], [], [], [], []
+        self.errors = []
+        # Refused on an earlier run and in place now (e.g. after a reboot with
+        # irqaffinity=): still remembered, so the state file does not change.
+        self.remembered = []
+        self.default_affinity = None
+        self.workqueue = None
+
+
+def _mask_file(root, relpath, cpus, keep_subsets, check_mode):
+    """Plan/apply one hex-mask file; returns a report dict and the diff lines."""
+    path = under(root, relpath)
+    text = read_value(path)
+    try:
+        before = parse_cpumask(text)
+    except ValueError as exc:
+        raise EdgeError(["%s: %s" % (path, exc)]) from None
+    target = mask_target(before, cpus, keep_subsets)
+    report = {"path": path, "before": format_cpulist(before), "after": format_cpulist(target)}
+    if target != before and not check_mode:
+        width = max(len(text.replace(",", "")) * 4, max(cpus) + 1)
+        value = format_cpumask(target, width)
+        try:
+            write_value(path, value)
+        except OSError as exc:
+            raise EdgeError(["writing %s to %s failed: %s" % (value, path, exc.strerror or exc)]) from None
+        after = parse_cpumask(read_value(path))
+        report["after"] = format_cpulist(after)
+        if after != target:
+            raise EdgeError(["%s reads %s after writing %s" % (path, report["after"], format_cpulist(target))])
+    report["changed"] = report["before"] != report["after"]
+    return report
+
+
+def run(root="/", cpus="", keep_subsets=True, default_affinity=True, workqueue=True,
+        unmovable_names=(), known_refused=(), check_mode=False):
+    """Read, validate, plan and (unless check_mode) apply and read back. Returns a Plan.
+
+    EdgeError (nothing written) for bad cpus or unmovable_names and an unreadable /proc/irq;
+    a failure of one write is in plan.errors and the others are still done."""
+    wanted = validate_cpus(root, cpus)
+    patterns = compile_patterns(unmovable_names)
+    irqs = classify(read_irqs(root), read_interrupts(root), wanted, keep_subsets, patterns, known_refused)
+    plan = Plan()
+    wanted_text = format_cpulist(wanted)
+    known = set(known_refused or ())
+
+    for item in irqs:
+        irq, path, current, name, reason = item["irq"], item["path"], item["affinity"], item["name"], item["hint"]
+        current_text = format_cpulist(current)
+        plan.lines_before.append("%s: %s" % (path, current_text))
+        entry = {"irq": irq, "name": name}
+        if item["status"] in ("ok", "kept"):
+            if refused_key(irq, name) in known:
+                plan.remembered.append(entry)
+            if item["status"] == "kept":
+                plan.kept.append(dict(entry, affinity=current_text))
+            plan.lines_after.append("%s: %s" % (path, current_text))
+            continue
+        unmovable = dict(entry, chip=item["chip"], affinity=current_text,
+                         outside=bool(set(current) - set(wanted)))
+        if check_mode:
+            if reason or item["known_refused"]:
+                why = reason or "refused on an earlier run (state file)"
+                plan.unmovable.append(dict(unmovable, reason="predicted: " + why))
+                plan.lines_after.append("%s: %s" % (path, current_text))
+            else:
+                plan.moved.append(dict(entry, before=current_text, after=wanted_text))
+                plan.lines_after.append("%s: %s" % (path, wanted_text))
+            continue
+        value = wanted_text if path.endswith("_list") else format_cpumask(
+            wanted, max(item["mask_width"] * 4, max(wanted) + 1))
+        try:
+            write_value(path, value)
+        except OSError as exc:
+            if exc.errno in REFUSALS:
+                plan.unmovable.append(dict(unmovable, reason="refused (%s): %s" % (
+                    REFUSALS[exc.errno], reason or "not movable (per-CPU or managed)")))
+                plan.lines_after.append("%s: %s" % (path, current_text))
+            else:
+                plan.errors.append("writing %s to %s failed: %s" % (value, path, exc.strerror or exc))
+                plan.lines_after.append("%s: %s" % (path, current_text))
+            continue
+        try:
+            text = read_value(path)
+            after = parse_cpulist(text) if path.endswith("_list") else parse_cpumask(text)
+        except (OSError, ValueError) as exc:
+            plan.errors.append("reading back %s failed: %s" % (path, exc))
+            continue
+        plan.lines_after.append("%s: %s" % (path, format_cpulist(after)))
+        if after != wanted:
+            plan.errors.append("%s reads %s after writing %s" % (path, format_cpulist(after), wanted_text))
+            continue
+        plan.moved.append(dict(entry, before=current_text, after=wanted_text))
+
+    for enabled, relpath, attr in ((default_affinity, DEFAULT_AFFINITY, "default_affinity"),
+                                   (workqueue, WORKQUEUE_MASK, "workqueue")):
+        if not enabled:
+            continue
+        if not os.path.exists(under(root, relpath)):
+            if attr == "workqueue":
+                plan.workqueue = {"path": under(root, relpath), "absent": True, "changed": False}
+                continue
+            plan.errors.append("%s is missing" % under(root, relpath))
+            continue
+        try:
+            report = _mask_file(root, relpath, wanted, keep_subsets, check_mode)
+        except EdgeError as exc:
+            plan.errors.extend(exc.errors)
+            continue
+        except OSError as exc:
+            plan.errors.append("%s: %s" % (under(root, relpath), exc.strerror or exc))
+            continue
+        setattr(plan, attr, report)
+        plan.lines_before.append("%s: %s" % (report["path"], report["before"]))
+        plan.lines_after.append("%s: %s" % (report["path"], report["after"]))
+    return plan
+
+
+# --------------------------------------------------------------------------
+# The boot-time state (edge_boot kind irq_affinity)
+
+# settings key -> (type, default when absent; None: required), what boot_apply accepts.
+SETTINGS = {
+    "cpus": (str, None),
+    "keep_subsets": (bool, True),
+    "default_affinity": (bool, True),
+    "workqueue": (bool, True),
+    "unmovable_names": (list, []),
+    "refused": (list, []),
+}
+
+
+def state_settings(cpus_text, keep_subsets, default_affinity, workqueue, unmovable_names, plan):
+    """The settings the module saves: what to apply at boot, and the interrupts that refused
+    (refused on this run, or on an earlier one and in place now) for check mode and the audit."""
+    refused = sorted({(u["irq"], u["name"]) for u in plan.unmovable + plan.remembered})
+    return {"cpus": cpus_text, "keep_subsets": bool(keep_subsets), "default_affinity": bool(default_affinity),
+            "workqueue": bool(workqueue), "unmovable_names": list(unmovable_names or []),
+            "refused": [{"irq": irq, "name": name} for irq, name in refused]}
+
+
+def check_settings(settings):
+    """The settings with defaults filled in; EdgeError naming every bad key and what is allowed."""
+    if not isinstance(settings, dict):
+        raise EdgeError("irq_affinity settings must be a mapping of %s, not %s"
+                        % (", ".join(sorted(SETTINGS)), type(settings).__name__))
+    errors = []
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        errors.append("unknown irq_affinity setting(s) %s (allowed: %s)"
+                      % (", ".join(unknown), ", ".join(sorted(SETTINGS))))
+    checked = {}
+    for key in sorted(SETTINGS):
+        kind, default = SETTINGS[key]
+        if key not in settings:
+            if default is None:
+                errors.append("irq_affinity setting %s is missing: give the housekeeping CPUs as a CPU list "
+                              "string, for example \"0-3\"" % key)
+            checked[key] = list(default) if isinstance(default, list) else default
+            continue
+        value = settings[key]
+        if kind is str and not isinstance(value, str):
+            errors.append("irq_affinity setting %s must be a CPU list string such as \"0-3\", not %r" % (key, value))
+        elif kind is bool and not isinstance(value, bool):
+            errors.append("irq_affinity setting %s must be true or false, not %r" % (key, value))
+        elif key == "unmovable_names" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            errors.append("irq_affinity setting unmovable_names must be a list of regular expressions (strings), "
+                          "not %r" % (value,))
+        elif key == "refused" and not isinstance(value, list):
+            errors.append("irq_affinity setting refused must be a list of {irq, name}, not %r" % (value,))
+        checked[key] = value
+    if errors:
+        raise EdgeError(errors)
+    return checked
+
+
+def boot_apply(settings, root="/"):
+    """Re-apply saved settings at boot (edge_boot): (changes, errors) as lines.
+
+    The same run as the module's, for real: every movable interrupt, default_smp_affinity
+    and the workqueue cpumask each on its own. EdgeError (nothing written) for malformed
+    settings, housekeeping CPUs that are not online, or no /proc/irq."""
+    checked = check_settings(settings)
+    plan = run(root, checked["cpus"], checked["keep_subsets"], checked["default_affinity"], checked["workqueue"],
+               checked["unmovable_names"], (), False)
+    changes = ["irq %d (%s): %s -> %s" % (m["irq"], m["name"] or "?", m["before"], m["after"]) for m in plan.moved]
+    for report in (plan.default_affinity, plan.workqueue):
+        if report and report.get("changed"):
+            changes.append("%s: %s -> %s" % (report["path"], report["before"], report["after"]))
+    if plan.unmovable:
+        changes.append("%d unmovable IRQ(s) left as they are: %s" % (
+            len(plan.unmovable), ", ".join("%d %s" % (u["irq"], u["name"] or "?") for u in plan.unmovable)))
+    return changes, list(plan.errors)

@@ -1,9 +1,12 @@
 # Copyright: edgetune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""PCI configuration space: parse it, find the Virtual Channel capabilities, plan TC/VC writes.
+"""PCI configuration space: parse it, find the Virtual Channel capabilities, plan and apply TC/VC writes.
 
-Runs on the device (Python 3.8+, stdlib only); the ``edgetune pcie`` tool on the
-controller loads this same file.
+Runs on the device (Python 3.8+, stdlib and edge_error only): the module
+edge_pcie_vc maps a link with :func:`run`, and edgetune-boot.service
+(module_utils/edge_boot.py) re-applies the saved mappings at boot with
+:func:`boot_apply`; the ``edgetune pcie`` tool on the controller and the drift
+audit load this same file.
 
 Register layout (include/uapi/linux/pci_regs.h, pciutils lib/header.h): the
 extended capability list starts at 0x100, each header is ID [15:0], version
@@ -25,6 +28,9 @@ import errno
 import os
 import re
 import struct
+import time
+
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 
 CONFIG_SIZES = (256, 4096)
 STD_CONFIG_SIZE = 256
@@ -65,6 +71,11 @@ PCIE_PORT_TYPES = {
 SYSFS_PCI_DEVICES = "sys/bus/pci/devices"
 BDF_RE = re.compile(r"^(?:([0-9a-fA-F]{4}):)?([0-9a-fA-F]{2}):([01][0-9a-fA-F])\.([0-7])$")
 SYSFS_BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$")
+
+# Seconds between two reads of VC Negotiation Pending.
+POLL_INTERVAL = 0.01
+# The keys of one mapping in the boot-time settings ({"mappings": [...]}).
+STATE_KEYS = ("device", "device_class", "tcs", "vc_id", "timeout", "fail_unsupported")
 
 
 class ConfigSpaceError(ValueError):
@@ -517,16 +528,9 @@ def rmw_register(path, offset, value, mask):
 
 
 # --------------------------------------------------------------------------
-# One link: the device and its upstream port, read and planned (the module
-# edge_pcie_vc applies the plan; the drift audit compares it with the device).
-
-class VcError(Exception):
-    """Expected failure: one message, plus result keys for fail_json."""
-
-    def __init__(self, message, **details):
-        super().__init__(message)
-        self.details = details
-
+# One link: the device and its upstream port, read and planned (run() applies
+# the plan; the drift audit compares it with the device). Expected failures
+# raise EdgeError (a message, and result keys for fail_json).
 
 class End(object):
     """One end of the link: where its config space is, what it has, what is planned and done."""
@@ -578,15 +582,15 @@ def find_device(root, device, device_class):
         try:
             bdf = normalize_bdf(device)
         except ValueError as exc:
-            raise VcError(str(exc)) from None
+            raise EdgeError(str(exc)) from None
         if bdf not in present:
-            raise VcError("PCI device %s not found under %s; present: %s"
-                          % (bdf, devices_dir(root), " ".join(present) or "none"))
+            raise EdgeError("PCI device %s not found under %s; present: %s"
+                            % (bdf, devices_dir(root), " ".join(present) or "none"))
         return bdf, None
     try:
         wanted = parse_class(device_class)
     except ValueError as exc:
-        raise VcError(str(exc)) from None
+        raise EdgeError(str(exc)) from None
     for bdf in present:
         try:
             code = read_class(root, bdf)
@@ -602,9 +606,9 @@ def read_end(end):
         data = read_config(end.path)
         return parse(data, end.path)
     except ConfigSpaceError as exc:
-        raise VcError(str(exc)) from None
+        raise EdgeError(str(exc)) from None
     except OSError as exc:
-        raise VcError("cannot read %s: %s" % (end.path, exc.strerror or exc)) from None
+        raise EdgeError("cannot read %s: %s" % (end.path, exc.strerror or exc)) from None
 
 
 def vc_capability(end, parsed):
@@ -626,13 +630,13 @@ def vc_capability(end, parsed):
 def prepare(root, device=None, device_class=None, tcs=(), vc_id=1, timeout=1.0):
     """Check the request and the hardware; returns (ends, tcs, reasons, result). Writes nothing."""
     if (device is None) == (device_class is None):
-        raise VcError("give exactly one of device and device_class")
+        raise EdgeError("give exactly one of device and device_class")
     try:
         tcs = check_request(list(tcs) if tcs is not None else tcs, vc_id)
     except MappingError as exc:
-        raise VcError(str(exc)) from None
+        raise EdgeError(str(exc)) from None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise VcError("timeout must be a positive number of seconds, got %r" % (timeout,))
+        raise EdgeError("timeout must be a positive number of seconds, got %r" % (timeout,))
     result = {"changed": False, "vc_id": vc_id, "tcs": tcs}
     bdf, missing = find_device(root, device, device_class)
     if bdf is None:
@@ -664,8 +668,261 @@ def prepare(root, device=None, device_class=None, tcs=(), vc_id=1, timeout=1.0):
                               % (end.label(), vc_id, end.vc["extended_vc_count"],
                                  ", ".join(str(r["id"]) for r in end.vc["vcs"][1:])))
     if missing_id:
-        raise VcError("; ".join(missing_id) + "; both ends of the link need the same VC ID", **result)
+        raise EdgeError("; ".join(missing_id) + "; both ends of the link need the same VC ID", **result)
     for end in ends:
         end.writes = plan_mapping(end.vc, tcs, vc_id)
         end.before = end.registers(end.vc)
     return ends, tcs, [], result
+
+
+# --------------------------------------------------------------------------
+# Apply, wait, read back
+
+def apply_end(end, planned):
+    """Make the planned writes; ``end.writes`` lists those done (with the values read just before)."""
+    for write in planned:
+        try:
+            old, new = rmw_register(end.path, write["offset"], write["value"], write["mask"])
+        except OSError as exc:
+            raise EdgeError("writing %s of %s (0x%03x) failed: %s"
+                            % (write["register"], end.label(), write["offset"], exc.strerror or exc)) from None
+        end.writes.append(dict(write, old=old, new=new))
+
+
+def wait_negotiation(ends, timeout, sleep=time.sleep, clock=time.monotonic):
+    """Poll VC Negotiation Pending on both ends until clear or ``timeout``; returns the ends still pending."""
+    deadline = clock() + timeout
+    while True:
+        pending = []
+        for end in ends:
+            status = read_register(end.path, end.resource["status_offset"], 2)
+            end.pending = bool(status & RES_STATUS_NEGO)
+            if end.pending:
+                pending.append(end)
+        if not pending or clock() >= deadline:
+            return pending
+        sleep(POLL_INTERVAL)
+
+
+def read_back(end, planned):
+    """Read the end's registers again; returns the errors for values that did not stick."""
+    parsed = read_end(end)
+    found = [v for v in parsed["vc_capabilities"] if v["offset"] == end.vc["offset"]]
+    if not found:
+        return ["%s no longer shows its VC capability at 0x%03x" % (end.label(), end.vc["offset"])]
+    vc = found[0]
+    end.after = end.registers(vc)
+    expected = expected_after(end.vc, planned)
+    errors = []
+    for res in vc["vcs"]:
+        want = expected[res["control_offset"]]
+        mask = VCN_WRITE_MASK if res["index"] else VC0_MAP_WRITE_MASK
+        if (res["control_register"] ^ want) & mask:
+            errors.append("%s VC%d Resource Control at 0x%03x reads 0x%08x, expected 0x%08x (bits 0x%08x)"
+                          % (end.label(), res["index"], res["control_offset"], res["control_register"], want, mask))
+    return errors
+
+
+def simulated(end):
+    """The VC capability as it will read after the planned writes (for check mode)."""
+    regs = expected_after(end.vc, end.writes)
+    vc = dict(end.vc)
+    vc["vcs"] = [dict(res, control_register=regs[res["control_offset"]]) for res in end.vc["vcs"]]
+    return vc
+
+
+def run(root, device=None, device_class=None, tcs=(), vc_id=1, timeout=1.0, fail_unsupported=False,
+        check_mode=False, sleep=time.sleep, clock=time.monotonic):
+    """Read, check, plan and (unless check_mode) apply, wait and read back one link's mapping.
+
+    Returns (result, ends): the module's result keys, and the ends with the writes made
+    (none when the link is not supported). Raises EdgeError, whose details are result keys
+    (with ``changed`` and ``ends`` once something was written); on a check error nothing was written.
+    """
+    ends, tcs, reasons, result = prepare(root, device, device_class, tcs, vc_id, timeout)
+    if reasons:
+        reason = "; ".join(reasons)
+        if fail_unsupported:
+            raise EdgeError("no extended virtual channel to map TCs %s to: %s"
+                            % (",".join(map(str, tcs)), reason), supported=False, **result)
+        result.update(supported=False, reason=reason)
+        return result, []
+    result["supported"] = True
+    if check_mode:
+        for end in ends:
+            end.after = end.registers(simulated(end))
+            end.pending = None if end.writes else end.resource["negotiation_pending"]
+        result["changed"] = any(end.writes for end in ends)
+        result["ends"] = [end.report() for end in ends]
+        return result, ends
+
+    planned = [end.writes for end in ends]
+    for end in ends:
+        end.writes = []
+    try:
+        for end, writes in zip(ends, planned):  # upstream port first, as pci_vc_enable() does
+            apply_end(end, writes)
+        pending = wait_negotiation(ends, timeout, sleep, clock)
+        errors = []
+        for end, writes in zip(ends, planned):
+            errors.extend(read_back(end, writes))
+        for end in pending:
+            errors.append("VC%d negotiation is still pending on %s after %g s: the link partner did not"
+                          " enable the same VC ID, or the link is down" % (vc_id, end.label(), timeout))
+    except (EdgeError, OSError) as exc:
+        message = str(exc) if isinstance(exc, EdgeError) else "reading back failed: %s" % (exc.strerror or exc)
+        details = dict(result)
+        details.update(changed=any(end.writes for end in ends), ends=[end.report() for end in ends])
+        raise EdgeError(message, **details) from None
+    result["changed"] = any(end.writes for end in ends)
+    result["ends"] = [end.report() for end in ends]
+    if errors:
+        raise EdgeError("; ".join(errors), **result)
+    return result, ends
+
+
+# --------------------------------------------------------------------------
+# Boot-time settings: {"mappings": [{device or device_class, tcs, vc_id, timeout,
+# fail_unsupported}, ...]}, written by the role edge_pcie_qos (boot_settings, through
+# the filter edge_pcie_boot_settings) and re-applied by edgetune-boot.service (boot_apply).
+
+def mapping_label(number, entry):
+    """'mapping 2 (0000:01:00.0)', 'mapping 1 (class 0x0108)', or 'mapping 3' for a malformed entry."""
+    if isinstance(entry, dict):
+        if isinstance(entry.get("device"), str) and entry["device"]:
+            return "mapping %d (%s)" % (number, entry["device"])
+        if isinstance(entry.get("device_class"), str) and entry["device_class"]:
+            return "mapping %d (class %s)" % (number, entry["device_class"])
+    return "mapping %d" % number
+
+
+def check_mapping(entry):
+    """One saved mapping, checked without reading the hardware: the keyword arguments of run()
+    (device or device_class, tcs sorted, vc_id, timeout, fail_unsupported). Raises EdgeError."""
+    if not isinstance(entry, dict):
+        raise EdgeError("%r is not a mapping (a dict of %s)" % (entry, ", ".join(STATE_KEYS)))
+    unknown = sorted(str(key) for key in set(entry) - set(STATE_KEYS))
+    if unknown:
+        raise EdgeError("unknown keys %s (a mapping has %s)" % (", ".join(unknown), ", ".join(STATE_KEYS)))
+    device, device_class = entry.get("device"), entry.get("device_class")
+    if (device is None) == (device_class is None):
+        raise EdgeError("give exactly one of device (a PCI address) and device_class (a PCI class like 0x0108)")
+    try:
+        if device is not None:
+            device = normalize_bdf(device)
+        else:
+            parse_class(device_class)
+        tcs = check_request(entry.get("tcs"), entry.get("vc_id", 1))
+    except ValueError as exc:
+        raise EdgeError(str(exc)) from None
+    timeout = entry.get("timeout", 1.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise EdgeError("timeout must be a positive number of seconds, got %r" % (timeout,))
+    fail_unsupported = entry.get("fail_unsupported", False)
+    if not isinstance(fail_unsupported, bool):
+        raise EdgeError("fail_unsupported must be true or false, got %r" % (fail_unsupported,))
+    checked = {"device": device} if device is not None else {"device_class": device_class}
+    checked.update(tcs=tcs, vc_id=entry.get("vc_id", 1), timeout=float(timeout), fail_unsupported=fail_unsupported)
+    return checked
+
+
+BOOLEANS = {"yes": True, "on": True, "true": True, "y": True, "t": True, "1": True,
+            "no": False, "off": False, "false": False, "n": False, "f": False, "0": False}
+
+
+def _as_int(value):
+    """An integer as Ansible passes it (42 or '42'); anything else unchanged, for check_mapping to refuse."""
+    if isinstance(value, str) and re.match(r"^\s*[0-9]+\s*$", value):
+        return int(value)
+    return value
+
+
+def _as_float(value):
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _as_bool(value):
+    if isinstance(value, str):
+        return BOOLEANS.get(value.strip().lower(), value)
+    if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
+        return bool(value)
+    return value
+
+
+def boot_settings(mappings, timeout=1.0, fail_unsupported=False):
+    """The boot-time settings of the role's mappings: {"mappings": [...]}, each mapping with the
+    role's ``timeout`` and ``fail_unsupported`` and checked as boot_apply checks it (device or
+    device_class, tcs 1-7, vc_id 1-7); an empty device or device_class counts as not given.
+    Raises EdgeError with a message per problem, each naming its mapping."""
+    if not isinstance(mappings, (list, tuple)):
+        raise EdgeError("mappings must be a list of mappings (device or device_class, tcs, vc_id), got %r"
+                        % (mappings,))
+    settings, problems = [], []
+    for number, entry in enumerate(mappings, 1):
+        label = mapping_label(number, entry)
+        if not isinstance(entry, dict):
+            problems.append("%s: %r is not a mapping (device or device_class, tcs, vc_id)" % (label, entry))
+            continue
+        unknown = sorted(str(key) for key in set(entry) - {"device", "device_class", "tcs", "vc_id"})
+        if unknown:
+            problems.append("%s: unknown keys %s (a mapping has device or device_class, tcs, vc_id)"
+                            % (label, ", ".join(unknown)))
+            continue
+        given = dict((key, value) for key, value in entry.items() if value not in (None, ""))
+        tcs = given.get("tcs")
+        if isinstance(tcs, (list, tuple)):
+            given["tcs"] = [_as_int(tc) for tc in tcs]
+        if "vc_id" in given:
+            given["vc_id"] = _as_int(given["vc_id"])
+        given.update(timeout=_as_float(timeout), fail_unsupported=_as_bool(fail_unsupported))
+        try:
+            settings.append(check_mapping(given))
+        except EdgeError as exc:
+            problems.extend("%s: %s" % (label, message) for message in exc.errors)
+    if problems:
+        raise EdgeError(problems)
+    return {"mappings": settings}
+
+
+def _write_lines(ends):
+    """A change line per register write: '<bdf> <register> 0x<offset>: 0x<old> -> 0x<new>'."""
+    return ["%s %s 0x%03x: 0x%08x -> 0x%08x"
+            % (end["bdf"], write["register"], write["offset"], write["old"], write["new"])
+            for end in ends for write in end["writes"]]
+
+
+def boot_apply(settings, root="/"):
+    """Re-apply the saved mappings (edgetune-boot.service); returns (changes, errors) as lines.
+
+    Each mapping on its own: a device that did not come up does not keep the others unmapped.
+    A link without an extended VC is a change line ("not supported, left as it is") unless its
+    mapping has fail_unsupported. Raises EdgeError only when ``settings`` has no list of mappings.
+    """
+    if not isinstance(settings, dict) or not isinstance(settings.get("mappings"), list):
+        raise EdgeError("pcie_vc settings must be {\"mappings\": [...]}, got %r: run the role edge_pcie_qos again"
+                        % (settings,))
+    unknown = sorted(str(key) for key in set(settings) - {"mappings"})
+    if unknown:
+        raise EdgeError("pcie_vc settings have unknown keys %s (only mappings): run the role edge_pcie_qos again"
+                        % ", ".join(unknown))
+    changes, errors = [], []
+    for number, entry in enumerate(settings["mappings"], 1):
+        label = mapping_label(number, entry)
+        try:
+            result, ends = run(root, **check_mapping(entry))
+        except EdgeError as exc:
+            changes.extend(_write_lines(exc.details.get("ends") or []))
+            errors.append("%s: %s" % (label, exc))
+            continue
+        except Exception as exc:  # never a traceback in the boot log, and the next mappings still run
+            errors.append("%s: unexpected %s: %s" % (label, type(exc).__name__, exc))
+            continue
+        if not result["supported"]:
+            changes.append("%s: not supported, left as it is: %s" % (label, result["reason"]))
+        changes.extend(_write_lines([end.report() for end in ends]))
+    return changes, errors

@@ -14,7 +14,8 @@ Parts: ``cpu`` (the partition: inference, housekeeping, IRQ default, the
 nohz_full and rcu_nocbs sets), ``bootargs`` (the arguments for the bootloader
 in use), ``power`` (nvpmodel mode by name, jetson_clocks, cpufreq and devfreq
 settings), ``slice`` (the inference slice and its limits), ``runtime`` (the
-service's CPUs, thread count and scheduling), ``reboot`` (the policy) and
+service's CPUs, thread count and scheduling), ``boot`` (where the roles save
+what a reboot loses, and the program that re-applies it), ``reboot`` (the policy) and
 ``audit`` (what each role's desired state is made of: the drift audit compares
 it with the record the last apply left on the device, see ``audit_part``).
 A part whose role is switched off is ``{"enabled": false}`` (with what other
@@ -24,6 +25,7 @@ parts still need from it).
 import hashlib
 import json
 
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import compute_threads
 
@@ -49,6 +51,7 @@ RECORDED_ROLES = {
     "edge_netqos": (),
     "edge_runtime": ("runtime",),
     "edge_audit_timer": (),
+    "edge_boot": ("boot",),
 }
 RECORD_DIR = "/etc/edgetune/applied"
 # Plan fields that describe the running device, not its desired state: they
@@ -248,6 +251,20 @@ def runtime_part(intent, facts, cpu):
     }
 
 
+def boot_part():
+    """Where the roles save the settings a reboot loses, and the one program that re-applies them
+    (plugins/module_utils/edge_boot.py): its module name and files, installed by role edge_boot."""
+    utils = "/".join(edge_boot.PACKAGE.split("."))
+    return {
+        "state_dir": edge_boot.STATE_DIR,
+        "state_files": dict((kind, edge_boot.state_path(kind)) for kind in edge_boot.UTILS),
+        "unit": edge_boot.UNIT,
+        "module": edge_boot.PACKAGE + ".edge_boot",
+        "program_files": [{"src": "plugins/module_utils/%s.py" % name, "dest": "%s/%s.py" % (utils, name)}
+                          for name in edge_boot.FILES],
+    }
+
+
 def _canonical(value):
     """JSON-shaped (tuples as lists, keys sorted) so that a record read back compares equal."""
     return json.loads(json.dumps(value, sort_keys=True, default=str))
@@ -325,6 +342,7 @@ def build(intent, facts, profile, partition, slice_values=None, role_options=Non
         "power": power_part(intent, facts, profile, cpu),
         "slice": slice_part(intent, facts, cpu, slice_values),
         "runtime": runtime_part(intent, facts, cpu),
+        "boot": boot_part(),
         "reboot": {"policy": intent.get("edge_reboot_policy", "auto")},
     }
     plan["audit"] = audit_part(intent, plan, role_options or {}, code)

@@ -3,8 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module edge_jetson_clocks: pin a Jetson's clocks with jetson_clocks, or restore them.
 
-Also a command line for the boot-time unit, usable without Ansible:
-``python3 edge_jetson_clocks.py --boot-pin --store-file FILE [--jetson-clocks PATH]``.
+The work is in plugins/module_utils/edge_clocks.py, which the boot program (edge_boot) also runs.
 """
 
 DOCUMENTATION = r"""
@@ -28,8 +27,11 @@ description:
     as the originals; it is taken again at every pin, so it belongs to the current power mode.
     A power-mode switch while pinned leaves some clocks locked (nvpmodel resets the CPU and GPU
     minimums but not the EMC lock), so restore before switching modes, then pin again.
-  - Not persistent by itself; the C(--boot-pin) command line (store when not pinned, then pin)
-    is meant for a boot-time unit ordered after C(nvpmodel.service).
+  - Not persistent by itself. With O(state_file) and O(state=pinned) the module saves what the boot
+    needs (O(store_file) and O(jetson_clocks_path)) in edgetune's boot-time state format
+    (plugins/module_utils/edge_boot.py), re-applied at every boot by C(edgetune-boot.service) (role
+    edge_boot), which stores the clocks when they are not pinned, then pins them. With
+    O(state=restored) it removes that file, so the clocks stay restored after a reboot.
 version_added: "0.1.0"
 author:
   - edgetune contributors (!UNKNOWN)
@@ -49,6 +51,15 @@ options:
   jetson_clocks_path:
     description: The jetson_clocks program. Defaults to C(jetson_clocks) on PATH, then in C(/usr/bin).
     type: path
+  state_file:
+    description:
+      - The boot-time state file, in edgetune's boot-time state format (plugins/module_utils/edge_boot.py),
+        re-applied at every boot by C(edgetune-boot.service) (role edge_boot), for example
+        C(/etc/edgetune/boot.d/jetson-clocks.json).
+      - With O(state=pinned) it is written (atomically, only when its content changes) with O(store_file)
+        and O(jetson_clocks_path), which must then be absolute paths; with O(state=restored) it is removed.
+      - Not written nor removed in check mode.
+    type: path
 notes:
   - Runs C(jetson_clocks) as it is; the fan (C(--fan)) is not touched.
   - Run it after any nvpmodel mode change; nvpmodel resets the minimum frequencies.
@@ -61,6 +72,7 @@ attributes:
     description:
       - One line per online CPU, the GPU and the EMC with their minimum and maximum, before and after
         (in check mode, as pinning would leave them; for a restore in check mode, the store file it would restore from).
+      - The state file's content, when it changes (the diff is then a list of the two).
     support: full
   platform:
     description: Runs on a Jetson (L4T, with C(jetson_clocks)), Python 3.8 or later.
@@ -72,6 +84,11 @@ EXAMPLES = r"""
 - name: Pin the clocks at the current power mode's maximum
   edge_jetson_clocks:
     state: pinned
+
+- name: Pin them, and again at every boot
+  edge_jetson_clocks:
+    state: pinned
+    state_file: /etc/edgetune/boot.d/jetson-clocks.json
 
 - name: Give the clocks back to DVFS with the values from before pinning
   edge_jetson_clocks:
@@ -119,130 +136,49 @@ power_mode:
   returned: always
   type: str
   sample: MAXN
+state_file_changed:
+  description: Whether O(state_file) was written or removed (would be, in check mode).
+  returned: when O(state_file) is given
+  type: bool
 """
 
 # Ansible modules keep their imports after the documentation strings.
+import errno  # noqa: E402
 import os  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 
-try:
-    from ansible.module_utils.basic import AnsibleModule
-except ImportError:
-    # Boot-time CLI on a board without Ansible.
-    if "--boot-pin" not in sys.argv:
-        raise
-    AnsibleModule = None
-# At boot the helper is installed beside this file in the collection's layout, and the script's
-# own directory is first on sys.path.
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_clocks import (  # noqa: E402
-    find_program, not_pinned, parse_show, summary)
-
-DEFAULT_STORE_FILE = "/var/lib/edgetune/jetson_clocks.conf"
-
-
-class ClocksError(Exception):
-    """Expected failure: one message, plus result keys."""
-
-    def __init__(self, msg, **details):
-        super().__init__(msg)
-        self.details = details
+    DEFAULT_STORE_FILE, boot_settings, run)
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
 
 
-def _run(run_command, argv):
-    rc, out, err = run_command(argv)
-    if rc != 0:
-        raise ClocksError("%s failed with rc=%d: %s" % (" ".join(argv), rc, (err or out).strip()[-300:]),
-                          rc=rc, stdout=out, stderr=err)
-    return out
-
-
-def read_show(program, run_command):
-    argv = [program, "--show"]
-    out = _run(run_command, argv)
-    try:
-        return parse_show(out)
-    except ValueError as exc:
-        raise ClocksError("cannot read the clocks from %s: %s" % (" ".join(argv), exc), stdout=out) from None
-
-
-def store(program, store_file, run_command):
-    directory = os.path.dirname(store_file)
-    if directory and not os.path.isdir(directory):
+def remove_state_file(path, check_mode):
+    """Remove the boot-time state file; returns (before, after) texts (after ""; before None when absent)."""
+    before = edge_boot.read(path, "jetson_clocks")[0]
+    if before is not None and not check_mode:
         try:
-            os.makedirs(directory, 0o755)
+            os.remove(path)
         except OSError as exc:
-            raise ClocksError("cannot create %s for the store file: %s" % (directory, exc.strerror or exc)) from None
-    _run(run_command, [program, "--store", store_file])
-    if not os.path.isfile(store_file) or os.path.getsize(store_file) == 0:
-        raise ClocksError("%s --store %s left no saved values; nothing was pinned" % (program, store_file))
+            if exc.errno != errno.ENOENT:
+                raise EdgeError("removing state file %s failed: %s" % (path, exc.strerror or exc)) from None
+    return before, "" if before is not None else None
 
 
-def read_store(store_file):
-    """The store file's ``/sys/path:value`` lines as a dict."""
-    try:
-        with open(store_file) as handle:
-            lines = handle.read().splitlines()
-    except OSError as exc:
-        raise ClocksError("cannot read %s: %s" % (store_file, exc.strerror or exc)) from None
-    values = {}
-    for line in lines:
-        path, sep, value = line.strip().rpartition(":")
-        if sep and path:
-            values[path] = value
-    return values
-
-
-def run(params, check_mode, want_diff, run_command, find_command):
-    """Read, decide, act unless in check mode, read back. Returns the result dict."""
-    program = params.get("jetson_clocks_path") or find_command("jetson_clocks")
-    if not program:
-        raise ClocksError("jetson_clocks was not found on PATH nor in /usr/bin; it ships with L4T "
-                          "(nvidia-l4t-tools): install it or set jetson_clocks_path")
-    if params.get("jetson_clocks_path") and not os.access(program, os.X_OK):
-        raise ClocksError("jetson_clocks_path %s is not an executable file" % program)
-    store_file = params.get("store_file") or DEFAULT_STORE_FILE
-    before = read_show(program, run_command)
-    unpinned = not_pinned(before)
-    result = {
-        "changed": False, "pinned_before": not unpinned, "pinned": not unpinned,
-        "stored": False, "restored": False, "store_file": store_file,
-        "not_pinned": unpinned, "power_mode": before["power_mode"],
-    }
-    after_text = None
-    if params["state"] == "pinned" and unpinned:
-        result.update(changed=True, stored=True, pinned=True)
-        if check_mode:
-            after_text = summary(before, pinned_prediction=True)
-        else:
-            store(program, store_file, run_command)
-            _run(run_command, [program])
-            after = read_show(program, run_command)
-            left = not_pinned(after)
-            if left:
-                raise ClocksError("jetson_clocks ran but these clocks are not pinned: %s" % "; ".join(left),
-                                  stored=True, not_pinned=left)
-            after_text = summary(after)
-    elif params["state"] == "restored" and not unpinned:
-        if not os.path.isfile(store_file):
-            raise ClocksError(
-                "the clocks are pinned but %s, with the values from before pinning, does not exist: "
-                "nothing was changed; reboot (or switch the nvpmodel mode) to reset the clocks" % store_file)
-        result.update(changed=True, restored=True, pinned=False, saved_values=read_store(store_file))
-        if check_mode:
-            after_text = "restored from %s\n" % store_file
-        else:
-            _run(run_command, [program, "--restore", store_file])
-            after = read_show(program, run_command)
-            if not not_pinned(after):
-                raise ClocksError("jetson_clocks --restore %s left the clocks pinned: the file holds pinned "
-                                  "values; reboot to reset the clocks" % store_file, restored=True)
-            after_text = summary(after)
-    if want_diff:
-        before_text = summary(before)
-        result["diff"] = {"before_header": "jetson_clocks", "after_header": "jetson_clocks",
-                          "before": before_text, "after": before_text if after_text is None else after_text}
-    return result
+def sync_state_file(params, result, check_mode, want_diff):
+    """Write (pinned) or remove (restored) the state file; updates ``result``."""
+    path = params["state_file"]
+    if params["state"] == "pinned":
+        settings = boot_settings(result["store_file"], params["jetson_clocks_path"])
+        before, after = edge_boot.sync(path, "jetson_clocks", settings, "edge_jetson_clocks", check_mode)
+    else:
+        before, after = remove_state_file(path, check_mode)
+    result["state_file_changed"] = before != after
+    if before != after:
+        result["changed"] = True
+        if want_diff:
+            result["diff"] = [result["diff"], {"before_header": path, "after_header": path,
+                                               "before": before or "", "after": after}]
 
 
 def main():
@@ -251,6 +187,7 @@ def main():
             "state": {"type": "str", "choices": ["pinned", "restored"], "default": "pinned"},
             "store_file": {"type": "path", "default": DEFAULT_STORE_FILE},
             "jetson_clocks_path": {"type": "path"},
+            "state_file": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -258,58 +195,20 @@ def main():
     def find(name):
         return module.get_bin_path(name, opt_dirs=["/usr/bin", "/usr/sbin"])
 
+    params = module.params
     try:
-        result = run(module.params, module.check_mode, module._diff, module.run_command, find)
-    except ClocksError as exc:
+        if params["state_file"] and params["state"] == "pinned":
+            # Refused before anything is pinned: the boot program needs absolute paths.
+            boot_settings(params["store_file"] or DEFAULT_STORE_FILE, params["jetson_clocks_path"])
+        result = run(params, module.check_mode, module._diff, module.run_command, find)
+        if params["state_file"]:
+            sync_state_file(params, result, module.check_mode, module._diff)
+    except EdgeError as exc:
         module.fail_json(msg=str(exc), **exc.details)
     except Exception as exc:  # never a traceback: one line saying what went wrong
         module.fail_json(msg="edge_jetson_clocks: unexpected %s: %s" % (type(exc).__name__, exc))
     module.exit_json(**result)
 
 
-# --------------------------------------------------------------------------
-# Boot-time pin (no Ansible)
-
-def _subprocess_run(argv):
-    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
-    return done.returncode, done.stdout, done.stderr
-
-
-def boot_pin(store_file, program=None, out=sys.stdout, err=sys.stderr, run_command=_subprocess_run):
-    """Store (when not pinned) and pin; one line on ``out``, errors on ``err``. Returns 0/1."""
-    params = {"state": "pinned", "store_file": store_file, "jetson_clocks_path": program}
-    try:
-        result = run(params, False, False, run_command, find_program)
-    except ClocksError as exc:
-        err.write("edge_jetson_clocks: error: %s\n" % exc)
-        return 1
-    except Exception as exc:  # never a traceback in the boot log
-        err.write("edge_jetson_clocks: error: unexpected %s: %s\n" % (type(exc).__name__, exc))
-        return 1
-    mode = " (NV Power Mode: %s)" % result["power_mode"] if result["power_mode"] else ""
-    if result["changed"]:
-        out.write("edge_jetson_clocks: saved the clocks to %s and pinned them%s\n" % (store_file, mode))
-    else:
-        out.write("edge_jetson_clocks: clocks already pinned%s\n" % mode)
-    return 0
-
-
-def cli(argv):
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="edge_jetson_clocks.py",
-        description="Pin the Jetson clocks at boot: save them with jetson_clocks --store when they are "
-                    "not pinned, then run jetson_clocks.")
-    parser.add_argument("--boot-pin", action="store_true", required=True, help="store (when not pinned) and pin")
-    parser.add_argument("--store-file", default=DEFAULT_STORE_FILE,
-                        help="where the values from before pinning go (default %(default)s)")
-    parser.add_argument("--jetson-clocks", default=None, help="the jetson_clocks program (default: found on PATH)")
-    args = parser.parse_args(argv)
-    return boot_pin(args.store_file, args.jetson_clocks)
-
-
 if __name__ == "__main__":
-    if "--boot-pin" in sys.argv:
-        raise SystemExit(cli(sys.argv[1:]))
     main()

@@ -3,8 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module edge_pcie_vc: map PCIe traffic classes to a virtual channel on both ends of a link.
 
-Also a command line for the boot-time re-apply unit, usable without Ansible:
-``python3 edge_pcie_vc.py --apply-state FILE [--sysfs-root /]``.
+The reading, planning and applying are plugins/module_utils/edge_pcie.py's, which
+edgetune-boot.service also runs at boot (edge_pcie.boot_apply).
 """
 
 DOCUMENTATION = r"""
@@ -79,9 +79,9 @@ attributes:
     support: full
     platforms: linux
 notes:
-  - The mapping is lost when the link is reset without the kernel restoring it, or at reboot. Re-apply
-    it at boot with C(python3 edge_pcie_vc.py --apply-state FILE) (the edge_pcie_qos role installs
-    such a unit).
+  - The mapping is lost when the link is reset without the kernel restoring it, or at reboot. The role
+    edge_pcie_qos saves its mappings in edgetune's boot-time state format
+    (plugins/module_utils/edge_boot.py), re-applied at every boot by edgetune-boot.service (role edge_boot).
   - A TC moved off an enabled VC must have no transactions in flight on the link; map TCs before the
     traffic that uses them starts.
   - Mapping a TC does nothing for traffic that does not carry it. The TC of a transaction is chosen by
@@ -161,152 +161,11 @@ diff:
 """
 
 # Ansible modules keep their imports after the documentation strings.
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-
-try:
-    from ansible.module_utils.basic import AnsibleModule
-    from ansible_collections.edgetune.fleet.plugins.module_utils import edge_pcie as pcie
-except ImportError:
-    # Boot-time CLI on a board without Ansible: load the helper shipped next to
-    # this file (module_utils/edge_pcie.py beside it on the device, or ../module_utils in the collection).
-    if "--apply-state" not in sys.argv:
-        raise
-    import importlib.util
-
-    AnsibleModule = None
-    _here = os.path.dirname(os.path.abspath(__file__))
-    for _candidate in (os.path.join(_here, "module_utils", "edge_pcie.py"),
-                       os.path.join(_here, os.pardir, "module_utils", "edge_pcie.py")):
-        if os.path.isfile(_candidate):
-            _spec = importlib.util.spec_from_file_location("edge_pcie_utils", _candidate)
-            pcie = importlib.util.module_from_spec(_spec)
-            _spec.loader.exec_module(pcie)
-            break
-    else:
-        sys.stderr.write("edge_pcie_vc: error: module_utils/edge_pcie.py not found next to %s\n" % _here)
-        raise SystemExit(1)
-
-STATE_FORMAT = 1
-STATE_KEYS = ("device", "device_class", "tcs", "vc_id", "fail_unsupported", "timeout")
-POLL_INTERVAL = 0.01
-
-
-# The link's reading and planning live in module_utils/edge_pcie.py (the drift
-# audit plans with the same code).
-VcError = pcie.VcError
-End = pcie.End
-find_device = pcie.find_device
-read_end = pcie.read_end
-vc_capability = pcie.vc_capability
-prepare = pcie.prepare
-
-
-# --------------------------------------------------------------------------
-# Apply, wait, read back
-
-def apply_end(end, planned):
-    """Make the planned writes; ``end.writes`` lists those done (with the values read just before)."""
-    for write in planned:
-        try:
-            old, new = pcie.rmw_register(end.path, write["offset"], write["value"], write["mask"])
-        except OSError as exc:
-            raise VcError("writing %s of %s (0x%03x) failed: %s"
-                          % (write["register"], end.label(), write["offset"], exc.strerror or exc)) from None
-        end.writes.append(dict(write, old=old, new=new))
-
-
-def wait_negotiation(ends, timeout, sleep=time.sleep, clock=time.monotonic):
-    """Poll VC Negotiation Pending on both ends until clear or ``timeout``; returns the ends still pending."""
-    deadline = clock() + timeout
-    while True:
-        pending = []
-        for end in ends:
-            status = pcie.read_register(end.path, end.resource["status_offset"], 2)
-            end.pending = bool(status & pcie.RES_STATUS_NEGO)
-            if end.pending:
-                pending.append(end)
-        if not pending or clock() >= deadline:
-            return pending
-        sleep(POLL_INTERVAL)
-
-
-def read_back(end, planned):
-    """Read the end's registers again; returns the errors for values that did not stick."""
-    parsed = read_end(end)
-    found = [v for v in parsed["vc_capabilities"] if v["offset"] == end.vc["offset"]]
-    if not found:
-        return ["%s no longer shows its VC capability at 0x%03x" % (end.label(), end.vc["offset"])]
-    vc = found[0]
-    end.after = end.registers(vc)
-    expected = pcie.expected_after(end.vc, planned)
-    errors = []
-    for res in vc["vcs"]:
-        want = expected[res["control_offset"]]
-        mask = pcie.VCN_WRITE_MASK if res["index"] else pcie.VC0_MAP_WRITE_MASK
-        if (res["control_register"] ^ want) & mask:
-            errors.append("%s VC%d Resource Control at 0x%03x reads 0x%08x, expected 0x%08x (bits 0x%08x)"
-                          % (end.label(), res["index"], res["control_offset"], res["control_register"], want, mask))
-    return errors
-
-
-def run(root, device=None, device_class=None, tcs=(), vc_id=1, timeout=1.0, fail_unsupported=False,
-        check_mode=False, sleep=time.sleep, clock=time.monotonic):
-    """Read, check, plan and (unless check_mode) apply, wait and read back.
-
-    Returns (result, ends). Raises VcError; on a check error nothing was written.
-    """
-    ends, tcs, reasons, result = prepare(root, device, device_class, tcs, vc_id, timeout)
-    if reasons:
-        reason = "; ".join(reasons)
-        if fail_unsupported:
-            raise VcError("no extended virtual channel to map TCs %s to: %s"
-                          % (",".join(map(str, tcs)), reason), supported=False, **result)
-        result.update(supported=False, reason=reason)
-        return result, []
-    result["supported"] = True
-    if check_mode:
-        for end in ends:
-            end.after = end.registers(simulated(end))
-            end.pending = None if end.writes else end.resource["negotiation_pending"]
-        result["changed"] = any(end.writes for end in ends)
-        result["ends"] = [end.report() for end in ends]
-        return result, ends
-
-    planned = [end.writes for end in ends]
-    for end in ends:
-        end.writes = []
-    try:
-        for end, writes in zip(ends, planned):  # upstream port first, as pci_vc_enable() does
-            apply_end(end, writes)
-        pending = wait_negotiation(ends, timeout, sleep, clock)
-        errors = []
-        for end, writes in zip(ends, planned):
-            errors.extend(read_back(end, writes))
-        for end in pending:
-            errors.append("VC%d negotiation is still pending on %s after %g s: the link partner did not"
-                          " enable the same VC ID, or the link is down" % (vc_id, end.label(), timeout))
-    except (VcError, OSError) as exc:
-        message = str(exc) if isinstance(exc, VcError) else "reading back failed: %s" % (exc.strerror or exc)
-        details = dict(result)
-        details.update(changed=any(end.writes for end in ends), ends=[end.report() for end in ends])
-        raise VcError(message, **details) from None
-    result["changed"] = any(end.writes for end in ends)
-    result["ends"] = [end.report() for end in ends]
-    if errors:
-        raise VcError("; ".join(errors), **result)
-    return result, ends
-
-
-def simulated(end):
-    """The VC capability as it will read after the planned writes (for check mode)."""
-    regs = pcie.expected_after(end.vc, end.writes)
-    vc = dict(end.vc)
-    vc["vcs"] = [dict(res, control_register=regs[res["control_offset"]]) for res in end.vc["vcs"]]
-    return vc
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
+# The link's reading, planning and applying live in module_utils/edge_pcie.py (the drift
+# audit plans with the same code, and edgetune-boot.service re-applies with it).
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_pcie import run  # noqa: E402
 
 
 def main():
@@ -334,79 +193,12 @@ def main():
                 "before": "".join(line + "\n" for end in ends for line in end.lines(end.before)),
                 "after": "".join(line + "\n" for end in ends for line in end.lines(end.after)),
             }
-    except VcError as exc:
+    except EdgeError as exc:
         module.fail_json(msg=str(exc), **exc.details)
     except Exception as exc:  # never a traceback: report what went wrong in one line
         module.fail_json(msg="edge_pcie_vc: unexpected %s: %s" % (type(exc).__name__, exc))
     module.exit_json(**result)
 
 
-# --------------------------------------------------------------------------
-# Boot-time re-apply (no Ansible)
-
-def _entry_problem(entry):
-    if not isinstance(entry, dict):
-        return "mapping %r is not a mapping" % (entry,)
-    unknown = sorted(set(entry) - set(STATE_KEYS))
-    if unknown:
-        return "mapping %r: unknown keys %s" % (entry, ", ".join(unknown))
-    return None
-
-
-def apply_state_file(path, root="/", out=sys.stdout, err=sys.stderr):
-    """Re-apply every mapping of a state file; one line per write or finding. Returns 0/1."""
-    try:
-        with open(path, "r") as handle:
-            doc = json.load(handle)
-        if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
-            raise ValueError("not an edge_pcie_vc state file of format %d" % STATE_FORMAT)
-        mappings = doc.get("mappings")
-        if not isinstance(mappings, list):
-            raise ValueError("'mappings' must be a list")
-    except (OSError, ValueError) as exc:
-        err.write("edge_pcie_vc: error: state file %s: %s\n" % (path, getattr(exc, "strerror", None) or exc))
-        return 1
-    status = 0
-    # Each mapping on its own: a device that did not come up must not keep the others unmapped.
-    for number, entry in enumerate(mappings, 1):
-        problem = _entry_problem(entry)
-        if problem:
-            err.write("edge_pcie_vc: error: %s\n" % problem)
-            status = 1
-            continue
-        what = "mapping %d (%s)" % (number, entry.get("device") or "class %s" % entry.get("device_class"))
-        try:
-            result, ends = run(root, entry.get("device"), entry.get("device_class"), entry.get("tcs"),
-                               entry.get("vc_id", 1), entry.get("timeout", 1.0),
-                               entry.get("fail_unsupported", False))
-        except VcError as exc:
-            err.write("edge_pcie_vc: error: %s: %s\n" % (what, exc))
-            status = 1
-            continue
-        except Exception as exc:  # never a traceback in the boot log
-            err.write("edge_pcie_vc: error: %s: %s: %s\n" % (what, type(exc).__name__, exc))
-            status = 1
-            continue
-        if not result["supported"]:
-            out.write("edge_pcie_vc: %s: not supported, left as it is: %s\n" % (what, result["reason"]))
-        for end in ends:
-            for write in end.writes:
-                out.write("edge_pcie_vc: %s %s 0x%03x: 0x%08x -> 0x%08x\n"
-                          % (end.bdf, write["register"], write["offset"], write["old"], write["new"]))
-    return status
-
-
-def cli(argv):
-    parser = argparse.ArgumentParser(
-        prog="edge_pcie_vc.py", description="Re-apply PCIe TC/VC mappings saved by the edge_pcie_qos role.")
-    parser.add_argument("--apply-state", metavar="FILE", required=True,
-                        help="state file with the mappings (JSON: format, mappings)")
-    parser.add_argument("--sysfs-root", default="/", help="prefix for sysfs paths (default /)")
-    args = parser.parse_args(argv)
-    return apply_state_file(args.apply_state, args.sysfs_root)
-
-
 if __name__ == "__main__":
-    if "--apply-state" in sys.argv:
-        raise SystemExit(cli(sys.argv[1:]))
     main()

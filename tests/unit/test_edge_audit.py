@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit, edge_boot
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import (
     audit, audit_records, evaluate, prometheus_text)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import parse_record, render_record
@@ -313,17 +313,18 @@ def irq_device(tmp_path, overrides=None, workqueue="0f"):
         wq = tmp_path / "sys/devices/virtual/workqueue/cpumask"
         wq.parent.mkdir(parents=True)
         wq.write_text(workqueue + "\n")
-    state = tmp_path / "etc/edgetune/cpu-affinity.json"
+    state = tmp_path / "etc/edgetune/boot.d/irq-affinity.json"
     state.parent.mkdir(parents=True)
-    state.write_text(json.dumps({"format": 1, "cpus": "0-3", "refused": [
-        {"irq": 11, "name": "arch_timer"}, {"irq": 84, "name": "nvme0q3"}, {"irq": 95, "name": "vendor-thing"}]}))
+    state.write_text(edge_boot.document("irq_affinity", {"cpus": "0-3", "refused": [
+        {"irq": 11, "name": "arch_timer"}, {"irq": 84, "name": "nvme0q3"}, {"irq": 95, "name": "vendor-thing"}]},
+        "edge_irq_affinity"))
     return tmp_path
 
 
 def irq_check(**extra):
     check = {"setting": "IRQ affinity", "role": "edge_cpu", "kind": "irq_affinity", "cpus": "0-3",
              "inference": "4-7", "keep_subsets": True, "unmovable_names": [],
-             "state_file": "/etc/edgetune/cpu-affinity.json"}
+             "state_file": "/etc/edgetune/boot.d/irq-affinity.json"}
     check.update(extra)
     return check
 
@@ -387,7 +388,7 @@ def test_audit_and_module_check_mode_agree_on_what_would_move(tmp_path):
     """The same classification: what the module would move is exactly what the audit calls drift."""
     import edge_irq_affinity as irqmod
     root = irq_device(tmp_path, {40: "4-7", 90: "0-7", 84: "6-7", 11: "0-7"})
-    known = irqmod.known_refusals(irqmod.read_state(str(root / "etc/edgetune/cpu-affinity.json"))[1])
+    known = irqmod.known_refusals(irqmod.read_state(str(root / "etc/edgetune/boot.d/irq-affinity.json"))[1])
     plan = irqmod.run(str(root), "0-3", known_refused=known, check_mode=True)
     detail = evaluate(irq_check(), str(root))["detail"]
     assert sorted(m["irq"] for m in plan.moved) == [40, 90]

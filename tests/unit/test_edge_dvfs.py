@@ -14,7 +14,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_dvfs as dvfs
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 from ansible.module_utils.testing import patch_module_args
 
 REPO = Path(__file__).resolve().parents[2]
@@ -376,14 +378,14 @@ def test_validation_error_writes_nothing(rk, capsys, args, message):
 
 def test_min_above_current_max_is_an_error(rk):
     (policy_file(rk, 0, "scaling_max_freq")).write_text("1200000\n")
-    with pytest.raises(edge_dvfs.DvfsError, match=r"min_freq 1416000 kHz > max_freq 1200000 kHz \(current\)"):
-        edge_dvfs.run(str(rk), [{"policy": 0, "min_freq": 1416000}])
+    with pytest.raises(EdgeError, match=r"min_freq 1416000 kHz > max_freq 1200000 kHz \(current\)"):
+        dvfs.run(str(rk), [{"policy": 0, "min_freq": 1416000}])
 
 
 def test_every_error_is_reported_at_once(rk):
-    with pytest.raises(edge_dvfs.DvfsError) as caught:
-        edge_dvfs.run(str(rk), [{"policy": 4, "governor": "perf"}, {"policy": 2}],
-                      [{"node": "dmc", "max_freq": 1}])
+    with pytest.raises(EdgeError) as caught:
+        dvfs.run(str(rk), [{"policy": 4, "governor": "perf"}, {"policy": 2}],
+                 [{"node": "dmc", "max_freq": 1}])
     assert len(caught.value.errors) == 3
 
 
@@ -501,7 +503,7 @@ def test_strict_kernel_accepts_the_write_order(rk, monkeypatch, start, goal):
     policy_file(rk, 4, "scaling_max_freq").write_text("%d\n" % start[1])
     kernel = FakeKernel(strict=True)
     monkeypatch.setattr(dvfs, "write_sysfs", kernel)
-    result, _targets = edge_dvfs.run(str(rk), [{"policy": 4, "min_freq": goal[0], "max_freq": goal[1]}])
+    result, _targets = dvfs.run(str(rk), [{"policy": 4, "min_freq": goal[0], "max_freq": goal[1]}])
     assert result["changed"] is True
     assert (int(value(policy_file(rk, 4, "scaling_min_freq"))),
             int(value(policy_file(rk, 4, "scaling_max_freq")))) == goal
@@ -520,8 +522,8 @@ def test_limits_are_replanned_after_a_governor_change_resets_them(rk, monkeypatc
     policy_file(rk, 4, "scaling_max_freq").write_text("1800000\n")
     kernel = FakeKernel(strict=True, reset_on_governor=True)
     monkeypatch.setattr(dvfs, "write_sysfs", kernel)
-    edge_dvfs.run(str(rk), [{"policy": 4, "governor": "performance", "min_freq": 1200000,
-                             "max_freq": 1800000}])
+    dvfs.run(str(rk), [{"policy": 4, "governor": "performance", "min_freq": 1200000,
+                        "max_freq": 1800000}])
     # The governor write reset the limits to 408000..2400000; both are written again.
     assert kernel.log == [("scaling_governor", "performance"), ("scaling_min_freq", 1200000),
                           ("scaling_max_freq", 1800000)]
@@ -606,7 +608,7 @@ def test_plan_never_puts_min_above_max(scenario):
 
 
 # --------------------------------------------------------------------------
-# State file and the boot-time CLI
+# State file and the boot program (edge_boot, kind dvfs)
 
 def reboot(root, board):
     """A reboot forgets every runtime setting: rebuild the fresh tree."""
@@ -623,8 +625,33 @@ RK_TUNING = {
 }
 
 
-def test_state_file_is_written_once_and_shown_in_diff(rk, tmp_path, capsys):
-    state = tmp_path / "etc/edgetune/dvfs.json"
+@pytest.fixture
+def state_dir(tmp_path):
+    """The boot program's state directory (/etc/edgetune/boot.d on the device)."""
+    return tmp_path / "etc/edgetune/boot.d"
+
+
+def state_path(state_dir):
+    return Path(edge_boot.state_path("dvfs", str(state_dir)))
+
+
+def write_settings(state_dir, settings):
+    """A dvfs state file as the module writes it, with these settings."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_path(state_dir)
+    path.write_text(edge_boot.document("dvfs", settings, "edge_dvfs"))
+    return path
+
+
+def boot(state_dir, root):
+    """Run the boot program on the fixture tree: (exit status, stdout lines, stderr lines)."""
+    out, err = io.StringIO(), io.StringIO()
+    status = edge_boot.apply_dir(str(state_dir), str(root), out, err)
+    return status, out.getvalue().splitlines(), err.getvalue().splitlines()
+
+
+def test_state_file_is_written_once_and_shown_in_diff(rk, state_dir, capsys):
+    state = state_path(state_dir)
     args = dict(RK_TUNING, sysfs_root=str(rk), state_file=str(state))
 
     result = run_module(args, capsys, check=True, diff=True)
@@ -637,12 +664,16 @@ def test_state_file_is_written_once_and_shown_in_diff(rk, tmp_path, capsys):
     doc = json.loads(state.read_text())
     assert doc == {
         "format": 1,
+        "kind": "dvfs",
         "generated_by": "edge_dvfs",
-        "cpufreq": [{"policy": 0, "max_freq": 1416000},
-                    {"policy": 4, "governor": "performance", "min_freq": 2400000, "max_freq": 2400000}],
-        "devfreq": [{"node": "dmc", "governor": "performance"},
-                    {"node": "fdab0000.npu", "governor": "userspace", "min_freq": 800000000}],
+        "settings": {
+            "cpufreq": [{"policy": 0, "max_freq": 1416000},
+                        {"policy": 4, "governor": "performance", "min_freq": 2400000, "max_freq": 2400000}],
+            "devfreq": [{"node": "dmc", "governor": "performance"},
+                        {"node": "fdab0000.npu", "governor": "userspace", "min_freq": 800000000}],
+        },
     }
+    assert edge_boot.read(str(state), "dvfs") == (state.read_text(), doc["settings"])
     assert result["diff"][1]["before"] == "" and result["diff"][1]["after"] == state.read_text()
     assert oct(state.stat().st_mode & 0o777) == "0o644"
 
@@ -653,12 +684,50 @@ def test_state_file_is_written_once_and_shown_in_diff(rk, tmp_path, capsys):
     assert state.stat().st_mtime_ns == mtime
 
 
+def test_state_file_of_the_old_format_is_replaced(rk, state_dir, capsys):
+    state = state_path(state_dir)
+    state_dir.mkdir(parents=True)
+    old = json.dumps({"format": 1, "generated_by": "edge_dvfs", "cpufreq": [{"policy": 0, "governor": "performance"}],
+                      "devfreq": []})
+    state.write_text(old)
+    result = run_module({"sysfs_root": str(rk), "state_file": str(state),
+                         "cpufreq": [{"policy": 0, "governor": "performance"}]}, capsys, diff=True)
+    assert result["changed"] is True and result["state_file_changed"] is True
+    assert result["diff"][1]["before"] == old
+    assert edge_boot.read(str(state), "dvfs")[1] == {
+        "cpufreq": [{"policy": 0, "governor": "performance"}], "devfreq": []}
+
+
 def test_state_file_is_not_written_when_apply_fails(rk, tmp_path, monkeypatch, capsys):
     state = tmp_path / "dvfs.json"
     monkeypatch.setattr(dvfs, "write_sysfs", FakeKernel(ignore={"governor"}))
     result = run_module(dict(RK_TUNING, sysfs_root=str(rk), state_file=str(state)), capsys)
     assert result["failed"] is True
     assert not state.exists()
+
+
+def test_boot_reapplies_the_state_file_after_reboot(rk, state_dir, capsys):
+    run_module(dict(RK_TUNING, sysfs_root=str(rk), state_file=str(state_path(state_dir))), capsys)
+    tuned_values = {path: data for path, (data, mtime) in snapshot(rk).items()}
+
+    reboot(rk, "rk3588")
+    assert value(policy_file(rk, 4, "scaling_governor")) == "schedutil"
+    status, out, err = boot(state_dir, rk)
+    assert (status, err) == (0, [])
+    assert out == [
+        "edgetune-boot: dvfs: policy0 scaling_max_freq: 1800000 -> 1416000",
+        "edgetune-boot: dvfs: policy4 scaling_governor: schedutil -> performance",
+        "edgetune-boot: dvfs: policy4 scaling_min_freq: 408000 -> 2400000",
+        "edgetune-boot: dvfs: dmc governor: dmc_ondemand -> performance",
+        "edgetune-boot: dvfs: fdab0000.npu governor: simple_ondemand -> userspace",
+        "edgetune-boot: dvfs: fdab0000.npu min_freq: 300000000 -> 800000000",
+    ]
+    assert {path: data for path, (data, mtime) in snapshot(rk).items()} == tuned_values
+
+    # Applied already: nothing to write.
+    before = snapshot(rk)
+    assert boot(state_dir, rk) == (0, [], [])
+    assert snapshot(rk) == before
 
 
 def _interpreters():
@@ -669,89 +738,113 @@ def _interpreters():
 
 
 @pytest.mark.parametrize("python", _interpreters())
-def test_cli_reapplies_the_state_file_after_reboot(rk, tmp_path, capsys, python):
-    state = tmp_path / "dvfs.json"
-    run_module(dict(RK_TUNING, sysfs_root=str(rk), state_file=str(state)), capsys)
-    tuned = snapshot(rk)
-    tuned_values = {path: data for path, (data, _mtime) in tuned.items()}
-
-    reboot(rk, "rk3588")
-    assert value(policy_file(rk, 4, "scaling_governor")) == "schedutil"
-    command = [python, str(REPO / "plugins/modules/edge_dvfs.py"), "--apply-state", str(state),
-               "--sysfs-root", str(rk)]
-    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, env=dict(os.environ, PYTHONPATH=""), check=False)
-    assert done.returncode == 0, done.stderr
-    assert done.stderr == ""
-    assert "edge_dvfs: policy4 scaling_governor: schedutil -> performance" in done.stdout.splitlines()
-    assert {path: data for path, (data, _mtime) in snapshot(rk).items()} == tuned_values
-
-    # Applied already: nothing to write.
-    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
-    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
-
-
-def test_cli_runs_from_the_installed_layout_without_ansible(rk, tmp_path, capsys):
-    """The boot unit ships edge_dvfs.py with plugins/module_utils/edge_dvfs.py beside it."""
-    python = PY38 if os.path.exists(PY38) else sys.executable
-    state = tmp_path / "dvfs.json"
-    run_module(dict(RK_TUNING, sysfs_root=str(rk), state_file=str(state)), capsys)
+def test_boot_program_runs_from_the_installed_layout_without_ansible(rk, state_dir, tmp_path, capsys, python):
+    """The role edge_boot installs the program's files in the package layout and runs it with
+    ``python3 -m``; the dvfs kind needs no other file (and no Ansible: -S, no site-packages)."""
+    run_module(dict(RK_TUNING, sysfs_root=str(rk), state_file=str(state_path(state_dir))), capsys)
     reboot(rk, "rk3588")
     install = tmp_path / "usr/local/lib/edgetune"
-    (install / "module_utils").mkdir(parents=True)
-    shutil.copy(str(REPO / "plugins/modules/edge_dvfs.py"), str(install / "edge_dvfs.py"))
-    shutil.copy(str(REPO / "plugins/module_utils/edge_dvfs.py"), str(install / "module_utils/edge_dvfs.py"))
-    done = subprocess.run([python, str(install / "edge_dvfs.py"), "--apply-state", str(state),
-                           "--sysfs-root", str(rk)],
+    utils = install / edge_boot.PACKAGE.replace(".", "/")
+    utils.mkdir(parents=True)
+    others = set(edge_boot.UTILS.values()) - {"edge_dvfs"}
+    for name in edge_boot.FILES:
+        if name not in others:
+            shutil.copy(str(REPO / "plugins/module_utils" / (name + ".py")), str(utils / (name + ".py")))
+    done = subprocess.run([python, "-S", "-m", edge_boot.PACKAGE + ".edge_boot", "--state-dir", str(state_dir),
+                           "--root", str(rk)], cwd=str(install), env=dict(os.environ, PYTHONPATH=""),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
-    assert done.returncode == 0, done.stderr
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert "edgetune-boot: dvfs: policy4 scaling_governor: schedutil -> performance" in done.stdout.splitlines()
     assert value(policy_file(rk, 4, "scaling_governor")) == "performance"
+    assert value(node_file(rk, "fdab0000.npu", "min_freq")) == "800000000"
 
 
-def test_cli_reports_one_line_per_error_and_applies_the_rest(rk, tmp_path):
-    state = tmp_path / "dvfs.json"
-    state.write_text(json.dumps({
-        "format": 1, "generated_by": "edge_dvfs",
+def test_boot_reports_one_line_per_error_and_applies_the_rest(rk, state_dir):
+    write_settings(state_dir, {
         "cpufreq": [{"policy": 4, "governor": "performance"}, {"policy": 8, "governor": "performance"}],
-        "devfreq": [{"node": "dmc", "max_freq": 1000000000}, {"node": "dmc", "governor": "performance"}],
-    }))
-    out, err = io.StringIO(), io.StringIO()
-    assert edge_dvfs.apply_state_file(str(state), str(rk), out, err) == 1
-    assert err.getvalue().splitlines() == [
-        "edge_dvfs: error: policy8 not found; present: policy0 (cpus 0-3), policy4 (cpus 4-5), "
+        "devfreq": [{"node": "dmc", "max_freq": 1000000000}, {"node": "dmc", "governor": "performance"},
+                    {"node": "17000000.gpu", "governor": "performance"}],
+    })
+    status, out, err = boot(state_dir, rk)
+    assert status == 1
+    assert err == [
+        "edgetune-boot: dvfs: error: policy8 not found; present: policy0 (cpus 0-3), policy4 (cpus 4-5), "
         "policy6 (cpus 6-7)",
-        "edge_dvfs: error: max_freq 1000000000 Hz on dmc is not an available frequency; nearest steps: "
+        "edgetune-boot: dvfs: error: max_freq 1000000000 Hz on dmc is not an available frequency; nearest steps: "
         "528000000 1068000000 (set snap to down, up or nearest to round; available: "
         "528000000 1068000000 1560000000 2112000000)",
+        "edgetune-boot: dvfs: error: devfreq node 17000000.gpu not found; present: dmc fb000000.gpu fdab0000.npu",
     ]
+    assert out == ["edgetune-boot: dvfs: policy4 scaling_governor: schedutil -> performance",
+                   "edgetune-boot: dvfs: dmc governor: dmc_ondemand -> performance"]
     assert value(policy_file(rk, 4, "scaling_governor")) == "performance"
+    assert value(node_file(rk, "dmc", "governor")) == "performance"
+    assert value(node_file(rk, "dmc", "max_freq")) == "2112000000"
+
+
+def test_boot_reports_a_write_the_kernel_rejects_and_applies_the_rest(rk, state_dir, monkeypatch):
+    write_settings(state_dir, {"cpufreq": [{"policy": 4, "governor": "performance"}],
+                               "devfreq": [{"node": "dmc", "governor": "performance"}]})
+    monkeypatch.setattr(dvfs, "write_sysfs", FakeKernel(ignore={"scaling_governor"}))
+    status, out, err = boot(state_dir, rk)
+    assert status == 1
+    assert err == ["edgetune-boot: dvfs: error: %s: expected performance, read back schedutil"
+                   % policy_file(rk, 4, "scaling_governor")]
+    assert out == ["edgetune-boot: dvfs: dmc governor: dmc_ondemand -> performance"]
     assert value(node_file(rk, "dmc", "governor")) == "performance"
 
 
-@pytest.mark.parametrize("content", ["{not json", json.dumps({"format": 2}), json.dumps([1])])
-def test_cli_rejects_a_bad_state_file(rk, tmp_path, content):
-    state = tmp_path / "dvfs.json"
-    state.write_text(content)
-    err = io.StringIO()
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"format": 2}), json.dumps([1]),
+                                     json.dumps({"format": 1, "generated_by": "edge_dvfs", "cpufreq": [],
+                                                 "devfreq": []})])
+def test_boot_rejects_a_bad_state_file(rk, state_dir, content):
+    state_dir.mkdir(parents=True)
+    state_path(state_dir).write_text(content)
     before = snapshot(rk)
-    assert edge_dvfs.apply_state_file(str(state), str(rk), io.StringIO(), err) == 1
-    assert len(err.getvalue().splitlines()) == 1
-    assert err.getvalue().startswith("edge_dvfs: error: state file ")
+    status, out, err = boot(state_dir, rk)
+    assert (status, out) == (1, [])
+    assert len(err) == 1 and err[0].startswith("edgetune-boot: error: state file %s" % state_path(state_dir))
     assert snapshot(rk) == before
-    assert edge_dvfs.apply_state_file(str(tmp_path / "absent.json"), str(rk), io.StringIO(), err) == 1
 
 
-def test_cli_entry_with_bad_shape_is_reported(rk, tmp_path):
-    state = tmp_path / "dvfs.json"
-    state.write_text(json.dumps({"format": 1, "cpufreq": [{"policy": "4"}, {"governor": "performance"}],
-                                 "devfreq": [{"node": "dmc", "speed": 1}]}))
-    err = io.StringIO()
-    assert edge_dvfs.apply_state_file(str(state), str(rk), io.StringIO(), err) == 1
-    lines = err.getvalue().splitlines()
-    assert len(lines) == 3
-    assert "policy must be an integer" in lines[0]
-    assert "needs exactly one of policy, cpus" in lines[1]
-    assert "unknown keys speed" in lines[2]
+@pytest.mark.parametrize("settings, messages", [
+    ({"cpufreq": [{"policy": "4"}, {"governor": "performance"}], "devfreq": [{"node": "dmc", "speed": 1}]},
+     ["cpufreq entry {'policy': '4'}: policy must be an integer",
+      "cpufreq entry {'governor': 'performance'} needs exactly one of policy, cpus",
+      "devfreq entry {'node': 'dmc', 'speed': 1}: unknown keys speed"]),
+    ({"cpufreq": {"policy": 4}},
+     ["settings: cpufreq is {'policy': 4}, not a list of entries"]),
+    ({"cpufreq": [], "gpu": []},
+     ["settings: unknown keys gpu (known: cpufreq, devfreq)"]),
+    ({"devfreq": [{"node": ""}, "dmc"]},
+     ["devfreq entry {'node': ''} needs a node name", "devfreq entry 'dmc' is not a mapping"]),
+    ({"cpufreq": [{"policy": 4, "max_freq": 1500000, "snap": "round"}]},
+     ["cpufreq entry {'policy': 4, 'max_freq': 1500000, 'snap': 'round'}: snap 'round' is not one of "
+      "exact, down, up, nearest"]),
+    ([{"policy": 4}],
+     ["settings [{'policy': 4}] are not a mapping of cpufreq and devfreq entries"]),
+])
+def test_boot_apply_refuses_malformed_settings(rk, settings, messages):
+    before = snapshot(rk)
+    with pytest.raises(EdgeError) as caught:
+        dvfs.boot_apply(settings, str(rk))
+    assert caught.value.errors == messages
+    assert snapshot(rk) == before
+
+
+def test_boot_refuses_malformed_settings_and_writes_nothing(rk, state_dir):
+    # A valid entry next to the malformed one is not applied either: the file is not what the module wrote.
+    write_settings(state_dir, {"cpufreq": [{"policy": 4, "governor": "performance"}, {"cpus": True}],
+                               "devfreq": []})
+    before = snapshot(rk)
+    assert boot(state_dir, rk) == (1, [], [
+        "edgetune-boot: dvfs: error: cpufreq entry {'cpus': True}: cpus must be an integer"])
+    assert snapshot(rk) == before
+
+
+def test_boot_apply_of_empty_settings_does_nothing(rk):
+    assert dvfs.boot_apply({}, str(rk)) == ([], [])
+    assert dvfs.boot_apply({"cpufreq": [], "devfreq": []}, str(rk)) == ([], [])
 
 
 def set_online(root, cpus, state):
@@ -759,10 +852,10 @@ def set_online(root, cpus, state):
         _write(root / ("sys/devices/system/cpu/cpu%d/online" % cpu), state)
 
 
-def test_inactive_policy_is_saved_for_the_boot_that_brings_its_cpus_online(agx, tmp_path, capsys):
+def test_inactive_policy_is_saved_for_the_boot_that_brings_its_cpus_online(agx, state_dir, capsys):
     # AGX Orin in MODE_30W (cpu8-11 offline) with MAXN recorded for the next boot.
     set_online(agx, range(8, 12), "0")
-    state = tmp_path / "dvfs.json"
+    state = state_path(state_dir)
     args = {"sysfs_root": str(agx), "fail_on_missing": False, "state_file": str(state), "snap": "down",
             "cpufreq": [{"policy": 4, "governor": "performance"},
                         {"policy": 8, "governor": "performance", "max_freq": 2000000}]}
@@ -773,55 +866,55 @@ def test_inactive_policy_is_saved_for_the_boot_that_brings_its_cpus_online(agx, 
     assert sorted(result["settings"]["cpufreq"]) == ["policy4"]
     assert "policy8" not in result["diff"][0]["before"] + result["diff"][0]["after"]
     assert {name: value(policy_file(agx, 8, name)) for name in before8} == before8
-    assert json.loads(state.read_text())["cpufreq"] == [
+    assert json.loads(state.read_text())["settings"]["cpufreq"] == [
         {"policy": 4, "governor": "performance"},
         # As given: 2000000 is between steps and is snapped down when the CPUs are online.
         {"policy": 8, "governor": "performance", "max_freq": 2000000, "snap": "down"}]
 
-    # The boot with MAXN: every CPU online, the boot unit re-applies the file.
+    # The boot with MAXN: every CPU online, the boot program re-applies the file.
     reboot(agx, "agx-orin-64gb")
-    out, err = io.StringIO(), io.StringIO()
-    assert edge_dvfs.apply_state_file(str(state), str(agx), out, err) == 0, err.getvalue()
+    status, out, err = boot(state_dir, agx)
+    assert (status, err) == (0, [])
     assert value(policy_file(agx, 8, "scaling_governor")) == "performance"
     assert value(policy_file(agx, 8, "scaling_max_freq")) == "1958400"
-    assert "edge_dvfs: policy8 scaling_governor: schedutil -> performance" in out.getvalue().splitlines()
+    assert out == ["edgetune-boot: dvfs: policy4 scaling_governor: schedutil -> performance",
+                   "edgetune-boot: dvfs: policy8 scaling_governor: schedutil -> performance",
+                   "edgetune-boot: dvfs: policy8 scaling_max_freq: 2201600 -> 1958400"]
 
     # The next Ansible run finds everything applied; the file now holds the resolved value.
     result = run_module(args, capsys)
     assert result["left_out"] == []
     assert not any(item["writes"] for item in result["settings"]["cpufreq"].values())
-    assert json.loads(state.read_text())["cpufreq"][1] == {
+    assert json.loads(state.read_text())["settings"]["cpufreq"][1] == {
         "policy": 8, "governor": "performance", "max_freq": 1958400}
 
 
-def test_governor_only_inactive_entry_is_stable_across_the_reboot(agx, tmp_path, capsys):
+def test_governor_only_inactive_entry_is_stable_across_the_reboot(agx, state_dir, capsys):
     """The role's default (governor only): the file does not change once the CPUs are online."""
     set_online(agx, range(8, 12), "0")
-    state = tmp_path / "dvfs.json"
+    state = state_path(state_dir)
     args = {"sysfs_root": str(agx), "fail_on_missing": False, "state_file": str(state),
             "cpufreq": [{"policy": 8, "governor": "performance"}]}
     run_module(args, capsys)
     saved = state.read_text()
     reboot(agx, "agx-orin-64gb")
-    assert edge_dvfs.apply_state_file(str(state), str(agx), io.StringIO(), io.StringIO()) == 0
+    assert boot(state_dir, agx) == (0, ["edgetune-boot: dvfs: policy8 scaling_governor: schedutil -> performance"],
+                                    [])
     result = run_module(args, capsys)
     assert result["changed"] is False and result["state_file_changed"] is False
     assert state.read_text() == saved
 
 
-def test_cli_leaves_a_policy_the_mode_keeps_offline_without_failing(agx, tmp_path):
-    state = tmp_path / "dvfs.json"
-    state.write_text(json.dumps({"format": 1, "generated_by": "edge_dvfs",
-                                 "cpufreq": [{"policy": 8, "governor": "performance"},
-                                             {"policy": 4, "governor": "performance"}],
-                                 "devfreq": []}))
+def test_boot_leaves_a_policy_the_mode_keeps_offline_without_failing(agx, state_dir):
+    write_settings(state_dir, {"cpufreq": [{"policy": 8, "governor": "performance"},
+                                           {"policy": 4, "governor": "performance"}],
+                               "devfreq": []})
     set_online(agx, range(8, 12), "0")
-    out, err = io.StringIO(), io.StringIO()
-    assert edge_dvfs.apply_state_file(str(state), str(agx), out, err) == 0
-    assert err.getvalue() == ""
-    assert out.getvalue().splitlines() == [
-        "edge_dvfs: policy8 left as it is: policy8 is inactive: its cpus 8-11 are offline",
-        "edge_dvfs: policy4 scaling_governor: schedutil -> performance",
+    status, out, err = boot(state_dir, agx)
+    assert (status, err) == (0, [])
+    assert out == [
+        "edgetune-boot: dvfs: policy8 left as it is: policy8 is inactive: its cpus 8-11 are offline",
+        "edgetune-boot: dvfs: policy4 scaling_governor: schedutil -> performance",
     ]
     assert value(policy_file(agx, 8, "scaling_governor")) == "schedutil"
 

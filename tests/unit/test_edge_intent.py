@@ -223,6 +223,14 @@ def test_misspelled_variable_is_warned_with_the_nearest_name():
         "edge_zzz_qqq is not a variable of any edgetune role or playbook and is ignored"]
 
 
+def test_the_boot_state_files_of_edgetune_0_2_are_named_as_no_longer_used():
+    result = check({"edge_power_state_file": "/etc/edgetune/power.json", "edge_cpu_lib_dir": "/opt/edgetune"})
+    assert result["problems"] == []
+    reason = ("is no longer used and is ignored: the settings a reboot loses are saved in /etc/edgetune/boot.d and "
+              "re-applied by edgetune-boot.service (role edge_boot), whose program is in edge_boot_install_dir")
+    assert result["warnings"] == ["edge_cpu_lib_dir " + reason, "edge_power_state_file " + reason]
+
+
 def test_exported_and_playbook_names_are_not_unknown():
     present = ["edge_facts_profile", "edge_bootargs_cpus", "edge_cgroups_audit", "edge_reboot_policy",
                "edge_audit_result", "edge_mode"]
@@ -416,7 +424,7 @@ def test_rt_throttling_must_stay_on():
     ({"edge_cpu_irq_unmovable_names": ["(unclosed"]}, "edge_cpu_irq_unmovable_names"),
     ({"edge_cpu_sysctl_file": "/etc/sysctl.conf.d/x"}, "edge_cpu_sysctl_file"),
     ({"edge_cpu_numa_accelerator": "the gpu"}, "edge_cpu_numa_accelerator"),
-    ({"edge_cpu_lib_dir": "usr/local/lib"}, "edge_cpu_lib_dir"),
+    ({"edge_boot_install_dir": "usr/local/lib"}, "edge_boot_install_dir"),
     ({"edge_bootargs_state_file": "/etc/edge tune/x.json"}, "edge_bootargs_state_file"),
     ({"edge_bootargs_extra_paths": ["/mnt/b/boot/extlinux/../x"]}, "edge_bootargs_extra_paths"),
     ({"edge_bootargs_extra": "quiet splash"}, "edge_bootargs_extra"),

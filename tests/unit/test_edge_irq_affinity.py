@@ -5,6 +5,10 @@ The fixture interrupts are the kinds a board has: GIC PPIs that are per-CPU
 queue vectors that the kernel spreads itself. The kernel refuses an affinity
 write to per-CPU and managed interrupts with EIO; FakeKernel does the same, and
 one test uses the immutable flag (EPERM) the way the device twin does.
+
+The writes are in plugins/module_utils/edge_irq.py, shared by the module and the
+boot program (edge_boot.apply_dir, kind irq_affinity); FakeKernel replaces
+edge_irq.write_value.
 """
 import errno
 import fcntl
@@ -21,7 +25,8 @@ import edge_irq_affinity as irqmod
 import pytest
 import yaml
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_cpulist
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot, edge_cpulist, edge_irq
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 from ansible.module_utils.testing import patch_module_args
 
 REPO = Path(__file__).resolve().parents[2]
@@ -164,7 +169,7 @@ def run_module(args, capsys, check=False, diff=False):
 # /proc/interrupts and the hints
 
 def test_parses_arm64_rows_with_names_containing_spaces():
-    parsed = irqmod.parse_interrupts(interrupts_text(8, RK3588_IRQS))
+    parsed = edge_irq.parse_interrupts(interrupts_text(8, RK3588_IRQS))
     assert sorted(parsed) == [irq for irq, *_rest in RK3588_IRQS]
     assert parsed[11] == {"chip": "GICv3", "hwirq": 26, "trigger": "Level", "name": "arch_timer"}
     assert parsed[80]["name"] == "PCIe PME, aerdrv"
@@ -179,7 +184,7 @@ def test_parses_x86_rows_and_skips_rows_without_a_number():
             "  24:          1          0  IO-APIC   5-fasteoi\n"
             " NMI:          0          0   Non-maskable interrupts\n"
             " LOC:     123456     654321   Local timer interrupts\n")
-    parsed = irqmod.parse_interrupts(text)
+    parsed = edge_irq.parse_interrupts(text)
     assert sorted(parsed) == [0, 24, 36, 124]
     assert parsed[36] == {"chip": "PCI-MSIX-0000:00:02.0", "hwirq": 1, "trigger": "edge", "name": "virtio1-req.0"}
     assert parsed[124]["name"] == "nvme0q0" and parsed[124]["hwirq"] == 524288
@@ -187,9 +192,9 @@ def test_parses_x86_rows_and_skips_rows_without_a_number():
 
 
 def test_parses_a_row_of_unknown_shape_without_failing():
-    parsed = irqmod.parse_interrupts("      CPU0\n  5:   3   dummy-chip  some name here\n")
+    parsed = edge_irq.parse_interrupts("      CPU0\n  5:   3   dummy-chip  some name here\n")
     assert parsed[5]["chip"] == "dummy-chip" and parsed[5]["name"] == "some name here"
-    assert irqmod.parse_interrupts("") == {}
+    assert edge_irq.parse_interrupts("") == {}
 
 
 @pytest.mark.parametrize("info, expected", [
@@ -206,12 +211,12 @@ def test_parses_a_row_of_unknown_shape_without_failing():
     ({"chip": "PCI-MSIX", "hwirq": 1, "name": "virtio2-input.0"}, None),
 ])
 def test_hints(info, expected):
-    assert irqmod.hint(info, []) == expected
+    assert edge_irq.hint(info, []) == expected
 
 
 def test_extra_patterns_label_an_interrupt():
     import re
-    reason = irqmod.hint({"chip": "GICv3", "hwirq": 99, "name": "tegra-hsp"}, [re.compile("^tegra-hsp$")])
+    reason = edge_irq.hint({"chip": "GICv3", "hwirq": 99, "name": "tegra-hsp"}, [re.compile("^tegra-hsp$")])
     assert reason == "named unmovable by unmovable_names (^tegra-hsp$)"
 
 
@@ -220,8 +225,8 @@ def test_extra_patterns_label_an_interrupt():
 
 def test_moves_movable_irqs_and_reports_the_refusals(rk, monkeypatch):
     kernel = FakeKernel("rk3588")
-    monkeypatch.setattr(irqmod, "write_value", kernel)
-    plan = irqmod.run(str(rk), "0-3")
+    monkeypatch.setattr(edge_irq, "write_value", kernel)
+    plan = edge_irq.run(str(rk), "0-3")
     assert not plan.errors
     moved = {m["irq"]: (m["before"], m["after"]) for m in plan.moved}
     assert moved == {irq: ("0-7", "0-3") for irq in (25, 40, 46, 47, 80, 81, 90)}
@@ -247,12 +252,12 @@ def test_moves_movable_irqs_and_reports_the_refusals(rk, monkeypatch):
 
 
 def test_second_run_changes_nothing(rk, monkeypatch):
-    monkeypatch.setattr(irqmod, "write_value", FakeKernel("rk3588"))
-    irqmod.run(str(rk), "0-3")
+    monkeypatch.setattr(edge_irq, "write_value", FakeKernel("rk3588"))
+    edge_irq.run(str(rk), "0-3")
     before = snapshot(rk)
     kernel = FakeKernel("rk3588")
-    monkeypatch.setattr(irqmod, "write_value", kernel)
-    plan = irqmod.run(str(rk), "0-3")
+    monkeypatch.setattr(edge_irq, "write_value", kernel)
+    plan = edge_irq.run(str(rk), "0-3")
     assert plan.moved == [] and not plan.default_affinity["changed"] and not plan.workqueue["changed"]
     assert len(plan.unmovable) == 4  # still reported: the kernel still refuses them
     assert snapshot(rk) == before
@@ -261,17 +266,17 @@ def test_second_run_changes_nothing(rk, monkeypatch):
 
 def test_without_keep_subsets_every_movable_irq_gets_exactly_the_set(agx, monkeypatch):
     (agx / "proc/irq/16/smp_affinity_list").write_text("1\n")
-    monkeypatch.setattr(irqmod, "write_value", FakeKernel("agx-orin-64gb"))
-    kept = irqmod.run(str(agx), "0-3")
+    monkeypatch.setattr(edge_irq, "write_value", FakeKernel("agx-orin-64gb"))
+    kept = edge_irq.run(str(agx), "0-3")
     assert affinity(agx, 16) == "1" and {k["irq"] for k in kept.kept} == {16, 62}
-    plan = irqmod.run(str(agx), "0-3", keep_subsets=False)
+    plan = edge_irq.run(str(agx), "0-3", keep_subsets=False)
     assert affinity(agx, 16) == "0-3"
     assert {u["irq"] for u in plan.unmovable} == {11, 13, 62, 66, 67}
 
 
 def test_eperm_from_a_locked_file_counts_as_unmovable(agx, monkeypatch):
-    monkeypatch.setattr(irqmod, "write_value", FakeKernel("agx-orin-64gb", refuse_errno=errno.EPERM))
-    plan = irqmod.run(str(agx), "0-3")
+    monkeypatch.setattr(edge_irq, "write_value", FakeKernel("agx-orin-64gb", refuse_errno=errno.EPERM))
+    plan = edge_irq.run(str(agx), "0-3")
     assert not plan.errors
     assert {u["irq"]: u["reason"].split(":")[0] for u in plan.unmovable} == {
         11: "refused (EPERM)", 13: "refused (EPERM)", 66: "refused (EPERM)", 67: "refused (EPERM)"}
@@ -280,8 +285,8 @@ def test_eperm_from_a_locked_file_counts_as_unmovable(agx, monkeypatch):
 def test_a_refusal_without_a_hint_is_still_unmovable(rk, monkeypatch):
     kernel = FakeKernel("rk3588")
     kernel.unmovable.add(25)  # "debug": no name or chip hint
-    monkeypatch.setattr(irqmod, "write_value", kernel)
-    plan = irqmod.run(str(rk), "0-3")
+    monkeypatch.setattr(edge_irq, "write_value", kernel)
+    plan = edge_irq.run(str(rk), "0-3")
     entry = next(u for u in plan.unmovable if u["irq"] == 25)
     assert entry["reason"] == "refused (EIO): not movable (per-CPU or managed)"
     assert affinity(rk, 25) == "0-7"
@@ -289,8 +294,8 @@ def test_a_refusal_without_a_hint_is_still_unmovable(rk, monkeypatch):
 
 def test_other_write_errors_fail_and_name_the_file(rk, monkeypatch):
     path = str(rk / "proc/irq/40/smp_affinity_list")
-    monkeypatch.setattr(irqmod, "write_value", FakeKernel("rk3588", fail={path: errno.EINVAL}))
-    plan = irqmod.run(str(rk), "0-3")
+    monkeypatch.setattr(edge_irq, "write_value", FakeKernel("rk3588", fail={path: errno.EINVAL}))
+    plan = edge_irq.run(str(rk), "0-3")
     assert plan.errors == ["writing 0-3 to %s failed: Invalid argument" % path]
     assert affinity(rk, 40) == "0-7"
     assert affinity(rk, 46) == "0-3"  # the others were still done
@@ -301,32 +306,32 @@ def test_a_value_that_does_not_stick_is_an_error(rk, monkeypatch):
         if path.endswith("/46/smp_affinity_list"):
             return  # accepted, but nothing changes
         FakeKernel("rk3588")(path, value)
-    monkeypatch.setattr(irqmod, "write_value", stubborn)
-    plan = irqmod.run(str(rk), "0-3")
+    monkeypatch.setattr(edge_irq, "write_value", stubborn)
+    plan = edge_irq.run(str(rk), "0-3")
     assert plan.errors == ["%s reads 0-7 after writing 0-3" % (rk / "proc/irq/46/smp_affinity_list")]
     assert 46 not in {m["irq"] for m in plan.moved}
 
 
 def test_older_kernels_with_only_smp_affinity_masks(tmp_path, monkeypatch):
     root = build(tmp_path / "old", "agx-orin-64gb", mask_only={16, 45})
-    monkeypatch.setattr(irqmod, "write_value", FakeKernel("agx-orin-64gb"))
-    plan = irqmod.run(str(root), "0-3")
+    monkeypatch.setattr(edge_irq, "write_value", FakeKernel("agx-orin-64gb"))
+    plan = edge_irq.run(str(root), "0-3")
     assert (root / "proc/irq/16/smp_affinity").read_text().strip() == "00f"
     assert {16, 45} <= {m["irq"] for m in plan.moved}
 
 
 def test_kernel_without_workqueue_cpumask_is_reported_not_an_error(tmp_path, monkeypatch):
     root = build(tmp_path / "nowq", "rk3588", workqueue=False)
-    monkeypatch.setattr(irqmod, "write_value", FakeKernel("rk3588"))
-    plan = irqmod.run(str(root), "0-3")
+    monkeypatch.setattr(edge_irq, "write_value", FakeKernel("rk3588"))
+    plan = edge_irq.run(str(root), "0-3")
     assert not plan.errors
     assert plan.workqueue["absent"] is True
     assert "no unbound workqueue cpumask" in irqmod.summary(plan, "0-3")
 
 
 def test_workqueue_and_default_affinity_can_be_left_alone(rk, monkeypatch):
-    monkeypatch.setattr(irqmod, "write_value", FakeKernel("rk3588"))
-    plan = irqmod.run(str(rk), "0-3", default_affinity=False, workqueue=False)
+    monkeypatch.setattr(edge_irq, "write_value", FakeKernel("rk3588"))
+    plan = edge_irq.run(str(rk), "0-3", default_affinity=False, workqueue=False)
     assert plan.default_affinity is None and plan.workqueue is None
     assert (rk / "proc/irq/default_smp_affinity").read_text().strip() == "ff"
     assert (rk / "sys/devices/virtual/workqueue/cpumask").read_text().strip() == "ff"
@@ -339,27 +344,27 @@ def test_workqueue_and_default_affinity_can_be_left_alone(rk, monkeypatch):
 ])
 def test_bad_cpus_fail_and_nothing_is_written(rk, monkeypatch, cpus, message):
     kernel = FakeKernel("rk3588")
-    monkeypatch.setattr(irqmod, "write_value", kernel)
+    monkeypatch.setattr(edge_irq, "write_value", kernel)
     before = snapshot(rk)
-    with pytest.raises(irqmod.IrqError) as info:
-        irqmod.run(str(rk), cpus)
+    with pytest.raises(EdgeError) as info:
+        edge_irq.run(str(rk), cpus)
     assert info.value.errors == [message]
     assert kernel.log == [] and snapshot(rk) == before
 
 
 def test_bad_unmovable_pattern_fails_before_writing(rk, monkeypatch):
     kernel = FakeKernel("rk3588")
-    monkeypatch.setattr(irqmod, "write_value", kernel)
-    with pytest.raises(irqmod.IrqError, match="bad regular expression"):
-        irqmod.run(str(rk), "0-3", unmovable_names=["nvme(["])
+    monkeypatch.setattr(edge_irq, "write_value", kernel)
+    with pytest.raises(EdgeError, match="bad regular expression"):
+        edge_irq.run(str(rk), "0-3", unmovable_names=["nvme(["])
     assert kernel.log == []
 
 
 def test_missing_proc_irq_is_a_clear_error(tmp_path):
     (tmp_path / "sys/devices/system/cpu").mkdir(parents=True)
     (tmp_path / "sys/devices/system/cpu/online").write_text("0-7\n")
-    with pytest.raises(irqmod.IrqError, match="cannot read .*proc/irq"):
-        irqmod.run(str(tmp_path), "0-3")
+    with pytest.raises(EdgeError, match="cannot read .*proc/irq"):
+        edge_irq.run(str(tmp_path), "0-3")
 
 
 # --------------------------------------------------------------------------
@@ -367,9 +372,9 @@ def test_missing_proc_irq_is_a_clear_error(tmp_path):
 
 def test_check_mode_writes_nothing_and_predicts(rk, monkeypatch):
     kernel = FakeKernel("rk3588")
-    monkeypatch.setattr(irqmod, "write_value", kernel)
+    monkeypatch.setattr(edge_irq, "write_value", kernel)
     before = snapshot(rk)
-    plan = irqmod.run(str(rk), "0-3", check_mode=True)
+    plan = edge_irq.run(str(rk), "0-3", check_mode=True)
     assert kernel.log == [] and snapshot(rk) == before
     assert {m["irq"] for m in plan.moved} == {25, 40, 46, 47, 80, 81, 90}
     assert {u["irq"]: u["reason"] for u in plan.unmovable} == {
@@ -378,7 +383,7 @@ def test_check_mode_writes_nothing_and_predicts(rk, monkeypatch):
         85: "predicted: managed interrupt (multi-queue device: nvme0q4)"}
     assert plan.default_affinity["after"] == "0-3" and plan.default_affinity["changed"]
     # The plan is what a real run then does.
-    real = irqmod.run(str(rk), "0-3")
+    real = edge_irq.run(str(rk), "0-3")
     assert [m["irq"] for m in real.moved] == [m["irq"] for m in plan.moved]
     assert [u["irq"] for u in real.unmovable] == [u["irq"] for u in plan.unmovable]
 
@@ -386,11 +391,11 @@ def test_check_mode_writes_nothing_and_predicts(rk, monkeypatch):
 def test_check_mode_learns_refusals_without_hints_from_the_state_file(rk, monkeypatch):
     kernel = FakeKernel("rk3588")
     kernel.unmovable.add(25)
-    monkeypatch.setattr(irqmod, "write_value", kernel)
-    irqmod.run(str(rk), "0-3")
-    blind = irqmod.run(str(rk), "0-3", check_mode=True)
+    monkeypatch.setattr(edge_irq, "write_value", kernel)
+    edge_irq.run(str(rk), "0-3")
+    blind = edge_irq.run(str(rk), "0-3", check_mode=True)
     assert [m["irq"] for m in blind.moved] == [25]  # no hint: predicted to move
-    told = irqmod.run(str(rk), "0-3", known_refused={"25 debug"}, check_mode=True)
+    told = edge_irq.run(str(rk), "0-3", known_refused={"25 debug"}, check_mode=True)
     assert told.moved == []
     assert next(u for u in told.unmovable if u["irq"] == 25)["reason"] == \
         "predicted: refused on an earlier run (state file)"
@@ -400,7 +405,7 @@ def test_check_mode_learns_refusals_without_hints_from_the_state_file(rk, monkey
 # The module: diff, state file, check mode
 
 def test_module_moves_writes_the_state_file_and_shows_the_diff(rk, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(irqmod, "write_value", FakeKernel("rk3588"))
+    monkeypatch.setattr(edge_irq, "write_value", FakeKernel("rk3588"))
     state = tmp_path / "etc/edgetune/cpu-affinity.json"
     args = {"cpus": "0-3", "root": str(rk), "state_file": str(state)}
     result = run_module(args, capsys, diff=True)
@@ -413,9 +418,11 @@ def test_module_moves_writes_the_state_file_and_shows_the_diff(rk, tmp_path, mon
     assert "%s: 0-3\n" % (rk / "proc/irq/40/smp_affinity_list") in irq_diff["after"]
     assert "%s: 0-7\n" % (rk / "proc/irq/11/smp_affinity_list") in irq_diff["after"]  # unmovable, unchanged
     doc = json.loads(state.read_text())
-    assert doc["cpus"] == "0-3" and doc["format"] == 1
-    assert doc["refused"] == [{"irq": 11, "name": "arch_timer"}, {"irq": 13, "name": "arm-pmu"},
-                              {"irq": 84, "name": "nvme0q3"}, {"irq": 85, "name": "nvme0q4"}]
+    assert (doc["format"], doc["kind"], doc["generated_by"]) == (1, "irq_affinity", "edge_irq_affinity")
+    assert doc["settings"] == {"cpus": "0-3", "keep_subsets": True, "default_affinity": True, "workqueue": True,
+                               "unmovable_names": [], "refused": doc["settings"]["refused"]}
+    assert doc["settings"]["refused"] == [{"irq": 11, "name": "arch_timer"}, {"irq": 13, "name": "arm-pmu"},
+                                          {"irq": 84, "name": "nvme0q3"}, {"irq": 85, "name": "nvme0q4"}]
     assert result["diff"][1]["after"] == state.read_text()
 
     again = run_module(args, capsys)
@@ -428,7 +435,7 @@ def test_module_moves_writes_the_state_file_and_shows_the_diff(rk, tmp_path, mon
 def test_a_refused_irq_the_kernel_later_placed_stays_remembered(rk, tmp_path, monkeypatch, capsys):
     """After a reboot with irqaffinity=, the kernel itself starts a refused IRQ on the
     housekeeping CPUs: the state file must not change (check mode stays clean)."""
-    monkeypatch.setattr(irqmod, "write_value", FakeKernel("rk3588"))
+    monkeypatch.setattr(edge_irq, "write_value", FakeKernel("rk3588"))
     state = tmp_path / "etc/edgetune/cpu-affinity.json"
     args = {"cpus": "0-3", "root": str(rk), "state_file": str(state)}
     run_module(args, capsys)
@@ -442,7 +449,7 @@ def test_a_refused_irq_the_kernel_later_placed_stays_remembered(rk, tmp_path, mo
 
 def test_module_check_mode_writes_neither_sysfs_nor_state(rk, tmp_path, monkeypatch, capsys):
     kernel = FakeKernel("rk3588")
-    monkeypatch.setattr(irqmod, "write_value", kernel)
+    monkeypatch.setattr(edge_irq, "write_value", kernel)
     state = tmp_path / "state.json"
     before = snapshot(rk)
     result = run_module({"cpus": "0-3", "root": str(rk), "state_file": str(state)}, capsys, check=True)
@@ -451,7 +458,7 @@ def test_module_check_mode_writes_neither_sysfs_nor_state(rk, tmp_path, monkeypa
 
 
 def test_module_failure_is_one_clear_message(rk, capsys, monkeypatch):
-    monkeypatch.setattr(irqmod, "write_value", FakeKernel("rk3588"))
+    monkeypatch.setattr(edge_irq, "write_value", FakeKernel("rk3588"))
     result = run_module({"cpus": "0-3,12", "root": str(rk)}, capsys)
     assert result["failed"] is True
     assert result["msg"] == "housekeeping CPUs 12 are not online (online: 0-7); nothing was changed"
@@ -459,7 +466,7 @@ def test_module_failure_is_one_clear_message(rk, capsys, monkeypatch):
 
 def test_module_failed_write_reports_what_was_done(rk, capsys, monkeypatch, tmp_path):
     path = str(rk / "proc/irq/90/smp_affinity_list")
-    monkeypatch.setattr(irqmod, "write_value", FakeKernel("rk3588", fail={path: errno.EBUSY}))
+    monkeypatch.setattr(edge_irq, "write_value", FakeKernel("rk3588", fail={path: errno.EBUSY}))
     state = tmp_path / "state.json"
     result = run_module({"cpus": "0-3", "root": str(rk), "state_file": str(state)}, capsys)
     assert result["failed"] is True and "Device or resource busy" in result["msg"]
@@ -467,8 +474,50 @@ def test_module_failed_write_reports_what_was_done(rk, capsys, monkeypatch, tmp_
     assert not state.exists()
 
 
+def test_module_check_mode_learns_refusals_from_its_state_file(rk, tmp_path, monkeypatch, capsys):
+    """A refusal /proc/interrupts gives no hint for is predicted from the state file's record."""
+    kernel = FakeKernel("rk3588")
+    kernel.unmovable.add(25)
+    monkeypatch.setattr(edge_irq, "write_value", kernel)
+    state = edge_boot.state_path("irq_affinity", str(tmp_path / "boot.d"))
+    args = {"cpus": "0-3", "root": str(rk), "state_file": state}
+    run_module(args, capsys)
+    assert {"irq": 25, "name": "debug"} in edge_irq.read_state(state)[1]["refused"]
+    check = run_module(args, capsys, check=True)
+    assert check["changed"] is False and check["moved"] == []
+    assert next(u for u in check["unmovable"] if u["irq"] == 25)["reason"] == \
+        "predicted: refused on an earlier run (state file)"
+    # Without the record, check mode predicts a move the kernel would refuse.
+    assert [m["irq"] for m in run_module({"cpus": "0-3", "root": str(rk)}, capsys, check=True)["moved"]] == [25]
+
+
+def test_module_replaces_a_state_file_of_the_old_format(rk, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(edge_irq, "write_value", FakeKernel("rk3588"))
+    state = tmp_path / "cpu-affinity.json"
+    state.write_text(json.dumps({"format": 1, "generated_by": "edge_irq_affinity", "cpus": "0-3", "refused": []}))
+    assert edge_irq.read_state(str(state)) == (state.read_text(), None)
+    result = run_module({"cpus": "0-3", "root": str(rk), "state_file": str(state)}, capsys)
+    assert result["state_file_changed"] is True
+    assert edge_boot.read(str(state), "irq_affinity")[1]["cpus"] == "0-3"
+
+
+def test_read_state_gives_the_settings_the_audit_reads(tmp_path):
+    state = tmp_path / "irq-affinity.json"
+    assert edge_irq.read_state(str(state)) == (None, None)
+    settings = {"cpus": "0-3", "keep_subsets": True, "default_affinity": True, "workqueue": True,
+                "unmovable_names": [], "refused": [{"irq": 11, "name": "arch_timer"}, {"irq": 95, "name": ""}]}
+    state.write_text(edge_boot.document("irq_affinity", settings, "edge_irq_affinity"))
+    text, read = edge_irq.read_state(str(state))
+    assert text == state.read_text() and read == settings
+    assert edge_irq.known_refusals(read) == {"11 arch_timer", "95 "}
+    # Another kind's state is not this module's record.
+    state.write_text(edge_boot.document("dvfs", settings, "edge_dvfs"))
+    assert edge_irq.read_state(str(state))[1] is None
+    assert edge_irq.known_refusals(None) == set() and edge_irq.known_refusals({"refused": 3}) == set()
+
+
 # --------------------------------------------------------------------------
-# The boot-time command
+# The boot-time re-apply: edge_boot.apply_dir runs edge_irq.boot_apply
 
 def _reboot(root, board):
     shutil.rmtree(str(root / "proc"))
@@ -502,14 +551,45 @@ def _mutable(path):
         fcntl.ioctl(handle, flags_set, struct.pack("l", flags & ~immutable))
 
 
+# What the boot program needs on the device for this kind: edge_boot and the module utilities
+# edge_irq imports, in the collection's package layout (what the role edge_boot installs).
+BOOT_FILES = ("edge_boot", "edge_error", "edge_fileio", "edge_cpulist", "edge_irq")
+
+
+def _install_boot(install):
+    package = install / "ansible_collections/edgetune/fleet/plugins/module_utils"
+    package.mkdir(parents=True)
+    for name in BOOT_FILES:
+        shutil.copy(str(REPO / "plugins/module_utils" / (name + ".py")), str(package / (name + ".py")))
+    return install
+
+
+def _boot(python, install, state_dir, root):
+    """The boot unit's command, from the installed layout, with no Ansible and no PYTHONPATH."""
+    return subprocess.run([python, "-m", edge_boot.PACKAGE + ".edge_boot", "--state-dir", str(state_dir),
+                           "--root", str(root)], cwd=str(install), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, env=dict(os.environ, PYTHONPATH=""), check=False)
+
+
+def _state(state_dir, **settings):
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / "irq-affinity.json"
+    path.write_text(edge_boot.document("irq_affinity", dict({"cpus": "0-3"}, **settings), "edge_irq_affinity"))
+    return path
+
+
+def test_the_boot_program_installs_what_edge_irq_imports():
+    assert set(BOOT_FILES) <= set(edge_boot.FILES)
+    assert edge_boot.UTILS["irq_affinity"] == "edge_irq"
+
+
 @pytest.mark.parametrize("python", _interpreters())
-def test_cli_reapplies_after_reboot_with_really_refusing_files(rk, tmp_path, capsys, python):
+def test_boot_reapplies_after_reboot_with_really_refusing_files(rk, tmp_path, python):
     locked = [rk / "proc/irq" / str(irq) / name for irq in (11, 13, 84, 85)
               for name in ("smp_affinity_list", "smp_affinity")]
-    state = tmp_path / "cpu-affinity.json"
-    state.write_text(json.dumps({"format": 1, "generated_by": "edge_irq_affinity", "cpus": "0-3",
-                                 "keep_subsets": True, "default_affinity": True, "workqueue": True,
-                                 "unmovable_names": [], "refused": []}))
+    state_dir = tmp_path / "boot.d"
+    _state(state_dir, keep_subsets=True, default_affinity=True, workqueue=True, unmovable_names=[], refused=[])
+    install = _install_boot(tmp_path / "usr/local/lib/edgetune")
     if not all(_immutable(str(path)) for path in locked):
         for path in locked:
             try:
@@ -518,15 +598,13 @@ def test_cli_reapplies_after_reboot_with_really_refusing_files(rk, tmp_path, cap
                 pass
         pytest.skip("this filesystem or user cannot set the immutable flag")
     try:
-        command = [python, str(REPO / "plugins/modules/edge_irq_affinity.py"),
-                   "--apply-state", str(state), "--root", str(rk)]
-        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                              env=dict(os.environ, PYTHONPATH=""), check=False)
+        done = _boot(python, install, state_dir, rk)
         assert done.returncode == 0, done.stderr
         assert done.stderr == ""
         lines = done.stdout.splitlines()
-        assert "edge_irq_affinity: irq 40 (xhci-hcd:usb1): 0-7 -> 0-3" in lines
-        assert lines[-1] == ("edge_irq_affinity: 4 unmovable IRQ(s) left as they are: "
+        assert "edgetune-boot: irq_affinity: irq 40 (xhci-hcd:usb1): 0-7 -> 0-3" in lines
+        assert "edgetune-boot: irq_affinity: %s: 0-7 -> 0-3" % (rk / "sys/devices/virtual/workqueue/cpumask") in lines
+        assert lines[-1] == ("edgetune-boot: irq_affinity: 4 unmovable IRQ(s) left as they are: "
                              "11 arch_timer, 13 arm-pmu, 84 nvme0q3, 85 nvme0q4")
         assert affinity(rk, 40) == "0-3" and affinity(rk, 11) == "0-7" and affinity(rk, 84) == "4-5"
         assert (rk / "sys/devices/virtual/workqueue/cpumask").read_text().strip() == "0f"
@@ -535,50 +613,154 @@ def test_cli_reapplies_after_reboot_with_really_refusing_files(rk, tmp_path, cap
             _mutable(str(path))
 
 
-def test_cli_runs_from_the_installed_layout_without_ansible(rk, tmp_path, monkeypatch, capsys):
-    """The boot unit ships edge_irq_affinity.py with plugins/module_utils/edge_cpulist.py and edge_irq.py beside it."""
+def test_boot_reapplies_the_modules_state_file_without_ansible(rk, tmp_path, monkeypatch, capsys):
+    """What the module saved is what the installed boot program applies after a reboot (Python 3.8 when there)."""
     python = PY38 if os.path.exists(PY38) else sys.executable
-    monkeypatch.setattr(irqmod, "write_value", FakeKernel("rk3588"))
-    state = tmp_path / "cpu-affinity.json"
-    run_module({"cpus": "0-3", "root": str(rk), "state_file": str(state)}, capsys)
+    monkeypatch.setattr(edge_irq, "write_value", FakeKernel("rk3588"))
+    state_dir = tmp_path / "etc/edgetune/boot.d"
+    run_module({"cpus": "0-3", "root": str(rk), "state_file": edge_boot.state_path("irq_affinity", str(state_dir))},
+               capsys)
     _reboot(rk, "rk3588")
     # Plain files and no FakeKernel in the subprocess: nothing refuses, every IRQ moves.
-    install = tmp_path / "usr/local/lib/edgetune"
-    (install / "module_utils").mkdir(parents=True)
-    shutil.copy(str(REPO / "plugins/modules/edge_irq_affinity.py"), str(install / "edge_irq_affinity.py"))
-    for name in ("edge_cpulist.py", "edge_irq.py"):
-        shutil.copy(str(REPO / "plugins/module_utils" / name), str(install / "module_utils" / name))
-    done = subprocess.run([python, str(install / "edge_irq_affinity.py"), "--apply-state", str(state),
-                           "--root", str(rk)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, env=dict(os.environ, PYTHONPATH=""), check=False)
+    done = _boot(python, _install_boot(tmp_path / "usr/local/lib/edgetune"), state_dir, rk)
     assert done.returncode == 0, done.stderr
-    assert affinity(rk, 90) == "0-3"
+    assert "edgetune-boot: irq_affinity: irq 90 (enP4p65s0): 0-7 -> 0-3" in done.stdout.splitlines()
+    assert affinity(rk, 90) == "0-3" and affinity(rk, 84) == "0-3"
     assert (rk / "proc/irq/default_smp_affinity").read_text().strip() == "0f"
 
 
-@pytest.mark.parametrize("content", ["{not json", json.dumps({"format": 2, "cpus": "0-3"}), json.dumps([1]),
-                                     json.dumps({"format": 1, "cpus": 3})])
-def test_cli_rejects_a_bad_state_file_and_writes_nothing(rk, tmp_path, content, monkeypatch):
-    kernel = FakeKernel("rk3588")
-    monkeypatch.setattr(irqmod, "write_value", kernel)
-    state = tmp_path / "state.json"
-    state.write_text(content)
-    err = io.StringIO()
-    assert irqmod.apply_state_file(str(state), str(rk), io.StringIO(), err) == 1
-    assert len(err.getvalue().splitlines()) == 1 and err.getvalue().startswith("edge_irq_affinity: error: state file")
-    assert kernel.log == []
-    assert irqmod.apply_state_file(str(tmp_path / "absent.json"), str(rk), io.StringIO(), err) == 1
-
-
-def test_cli_reports_a_failed_write_and_exits_1(rk, tmp_path, monkeypatch):
-    path = str(rk / "proc/irq/40/smp_affinity_list")
-    monkeypatch.setattr(irqmod, "write_value", FakeKernel("rk3588", fail={path: errno.EINVAL}))
-    state = tmp_path / "state.json"
-    state.write_text(json.dumps({"format": 1, "cpus": "0-3"}))
+def test_apply_dir_reapplies_with_the_kernels_refusals(rk, tmp_path, monkeypatch):
+    monkeypatch.setattr(edge_irq, "write_value", FakeKernel("rk3588"))
+    state_dir = tmp_path / "boot.d"
+    _state(state_dir)
     out, err = io.StringIO(), io.StringIO()
-    assert irqmod.apply_state_file(str(state), str(rk), out, err) == 1
-    assert err.getvalue() == "edge_irq_affinity: error: writing 0-3 to %s failed: Invalid argument\n" % path
-    assert "irq 46 (fb000000.gpu): 0-7 -> 0-3" in out.getvalue()
+    assert edge_boot.apply_dir(str(state_dir), str(rk), out, err) == 0
+    assert err.getvalue() == ""
+    assert out.getvalue().splitlines() == [
+        "edgetune-boot: irq_affinity: irq %d (%s): 0-7 -> 0-3" % (irq, name) for irq, name in (
+            (25, "debug"), (40, "xhci-hcd:usb1"), (46, "fb000000.gpu"), (47, "fdab0000.npu"),
+            (80, "PCIe PME, aerdrv"), (81, "nvme0q0"), (90, "enP4p65s0"))] + [
+        "edgetune-boot: irq_affinity: %s: 0-7 -> 0-3" % (rk / "proc/irq/default_smp_affinity"),
+        "edgetune-boot: irq_affinity: %s: 0-7 -> 0-3" % (rk / "sys/devices/virtual/workqueue/cpumask"),
+        "edgetune-boot: irq_affinity: 4 unmovable IRQ(s) left as they are: "
+        "11 arch_timer, 13 arm-pmu, 84 nvme0q3, 85 nvme0q4"]
+    assert affinity(rk, 25) == "0-3" and affinity(rk, 84) == "4-5"
+    assert (rk / "proc/irq/default_smp_affinity").read_text().strip() == "0f"
+    # Applied again (the unit restarted): nothing moves, the refusals are reported again.
+    out = io.StringIO()
+    before = snapshot(rk)
+    assert edge_boot.apply_dir(str(state_dir), str(rk), out, io.StringIO()) == 0
+    assert out.getvalue() == ("edgetune-boot: irq_affinity: 4 unmovable IRQ(s) left as they are: "
+                              "11 arch_timer, 13 arm-pmu, 84 nvme0q3, 85 nvme0q4\n")
+    assert snapshot(rk) == before
+
+
+def test_apply_dir_follows_the_saved_options(tmp_path, monkeypatch):
+    root = build(tmp_path / "agx", "agx-orin-64gb")
+    (root / "proc/irq/16/smp_affinity_list").write_text("1\n")
+    monkeypatch.setattr(edge_irq, "write_value", FakeKernel("agx-orin-64gb"))
+    state_dir = tmp_path / "boot.d"
+    _state(state_dir, keep_subsets=False, default_affinity=False, workqueue=False, unmovable_names=["^eth0$"])
+    out = io.StringIO()
+    assert edge_boot.apply_dir(str(state_dir), str(root), out, io.StringIO()) == 0
+    assert affinity(root, 16) == "0-3"  # not kept: keep_subsets false
+    assert "edgetune-boot: irq_affinity: irq 16 (3100000.serial): 1 -> 0-3" in out.getvalue().splitlines()
+    assert (root / "proc/irq/default_smp_affinity").read_text().strip() == "fff"
+    assert (root / "sys/devices/virtual/workqueue/cpumask").read_text().strip() == "fff"
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "edgetune-boot: error: state file %s is not JSON"),
+    (json.dumps({"format": 1, "cpus": "0-3"}), "edgetune-boot: error: state file %s is not an edgetune boot-time"),
+    (json.dumps([1]), "edgetune-boot: error: state file %s is not an edgetune boot-time"),
+    (edge_boot.document("irq_affinity", {"cpus": 3}, "test"),
+     "edgetune-boot: irq_affinity: error: irq_affinity setting cpus must be a CPU list string"),
+    (edge_boot.document("irq_affinity", {"cpus": "0-3,x"}, "test"),
+     "edgetune-boot: irq_affinity: error: cpus: invalid CPU list item 'x'"),
+])
+def test_apply_dir_rejects_a_bad_state_file_and_writes_nothing(rk, tmp_path, content, message, monkeypatch):
+    kernel = FakeKernel("rk3588")
+    monkeypatch.setattr(edge_irq, "write_value", kernel)
+    state_dir = tmp_path / "boot.d"
+    state_dir.mkdir()
+    state = state_dir / "irq-affinity.json"
+    state.write_text(content)
+    before = snapshot(rk)
+    out, err = io.StringIO(), io.StringIO()
+    assert edge_boot.apply_dir(str(state_dir), str(rk), out, err) == 1
+    assert len(err.getvalue().splitlines()) == 1
+    assert err.getvalue().startswith(message.replace("%s", str(state))), err.getvalue()
+    assert out.getvalue() == "" and kernel.log == [] and snapshot(rk) == before
+
+
+def test_apply_dir_without_a_state_file_does_nothing(rk, tmp_path, monkeypatch):
+    kernel = FakeKernel("rk3588")
+    monkeypatch.setattr(edge_irq, "write_value", kernel)
+    out, err = io.StringIO(), io.StringIO()
+    assert edge_boot.apply_dir(str(tmp_path / "absent"), str(rk), out, err) == 0
+    assert out.getvalue() == err.getvalue() == "" and kernel.log == []
+
+
+def test_apply_dir_reports_a_failed_write_and_exits_1(rk, tmp_path, monkeypatch):
+    path = str(rk / "proc/irq/40/smp_affinity_list")
+    monkeypatch.setattr(edge_irq, "write_value", FakeKernel("rk3588", fail={path: errno.EINVAL}))
+    state_dir = tmp_path / "boot.d"
+    _state(state_dir)
+    out, err = io.StringIO(), io.StringIO()
+    assert edge_boot.apply_dir(str(state_dir), str(rk), out, err) == 1
+    assert err.getvalue() == "edgetune-boot: irq_affinity: error: writing 0-3 to %s failed: Invalid argument\n" % path
+    assert "edgetune-boot: irq_affinity: irq 46 (fb000000.gpu): 0-7 -> 0-3" in out.getvalue().splitlines()
+    assert affinity(rk, 40) == "0-7" and affinity(rk, 46) == "0-3"  # the others were still done
+    assert (rk / "sys/devices/virtual/workqueue/cpumask").read_text().strip() == "0f"
+
+
+def test_boot_apply_offline_cpus_write_nothing(rk, monkeypatch):
+    kernel = FakeKernel("rk3588")
+    monkeypatch.setattr(edge_irq, "write_value", kernel)
+    with pytest.raises(EdgeError) as info:
+        edge_irq.boot_apply({"cpus": "0-3,9"}, str(rk))
+    assert info.value.errors == ["housekeeping CPUs 9 are not online (online: 0-7); nothing was changed"]
+    assert kernel.log == []
+
+
+@pytest.mark.parametrize("settings, messages", [
+    (["0-3"], ["irq_affinity settings must be a mapping of cpus, default_affinity, keep_subsets, refused, "
+               "unmovable_names, workqueue, not list"]),
+    ({}, ['irq_affinity setting cpus is missing: give the housekeeping CPUs as a CPU list string, for example "0-3"']),
+    ({"cpus": ["0-3"]}, ["irq_affinity setting cpus must be a CPU list string such as \"0-3\", not ['0-3']"]),
+    ({"cpus": "0-3", "keep_subsets": "yes"}, ["irq_affinity setting keep_subsets must be true or false, not 'yes'"]),
+    ({"cpus": "0-3", "default_affinity": 1}, ["irq_affinity setting default_affinity must be true or false, not 1"]),
+    ({"cpus": "0-3", "workqueue": None}, ["irq_affinity setting workqueue must be true or false, not None"]),
+    ({"cpus": "0-3", "unmovable_names": "nvme"},
+     ["irq_affinity setting unmovable_names must be a list of regular expressions (strings), not 'nvme'"]),
+    ({"cpus": "0-3", "unmovable_names": [1]},
+     ["irq_affinity setting unmovable_names must be a list of regular expressions (strings), not [1]"]),
+    ({"cpus": "0-3", "refused": {}}, ["irq_affinity setting refused must be a list of {irq, name}, not {}"]),
+    ({"cpus": "0-3", "cpu": "0-3", "workqueue": "no"},
+     ["unknown irq_affinity setting(s) cpu (allowed: cpus, default_affinity, keep_subsets, refused, "
+      "unmovable_names, workqueue)", "irq_affinity setting workqueue must be true or false, not 'no'"]),
+    ({"cpus": "0-3", "unmovable_names": ["nvme(["]}, None),
+])
+def test_boot_apply_refuses_malformed_settings_and_writes_nothing(rk, monkeypatch, settings, messages):
+    kernel = FakeKernel("rk3588")
+    monkeypatch.setattr(edge_irq, "write_value", kernel)
+    before = snapshot(rk)
+    with pytest.raises(EdgeError) as info:
+        edge_irq.boot_apply(settings, str(rk))
+    if messages is None:
+        assert info.value.errors[0].startswith("unmovable_names: bad regular expression")
+    else:
+        assert info.value.errors == messages
+    assert kernel.log == [] and snapshot(rk) == before
+
+
+def test_boot_apply_defaults_to_what_the_module_defaults_to(rk, monkeypatch):
+    monkeypatch.setattr(edge_irq, "write_value", FakeKernel("rk3588"))
+    changes, errors = edge_irq.boot_apply({"cpus": "0-3"}, str(rk))
+    assert errors == []
+    assert "%s: 0-7 -> 0-3" % (rk / "proc/irq/default_smp_affinity") in changes
+    assert "%s: 0-7 -> 0-3" % (rk / "sys/devices/virtual/workqueue/cpumask") in changes
+    assert len([c for c in changes if c.startswith("irq ")]) == 7
 
 
 # --------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""edge_jetson_clocks against the twin's jetson_clocks and nvpmodel simulators on a temporary tree.
+"""edge_jetson_clocks (and edge_clocks, its work) against the twin's jetson_clocks and nvpmodel
+simulators on a temporary tree.
 
 The simulators stand in for the board (they are independent of the module), so the tests
 assert what lands in the fake sysfs: CPU and GPU minimum frequencies, the EMC lock, the store
@@ -16,11 +17,13 @@ import edge_jetson_clocks as ejc
 import pytest
 import yaml
 
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot, edge_clocks
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+
 REPO = Path(__file__).resolve().parents[2]
 GUEST = REPO / "tools" / "edgetune" / "twin" / "guest"
 JETSON_CLOCKS = GUEST / "jetson_clocks"
 NVPMODEL = GUEST / "nvpmodel"
-MODULE = REPO / "plugins/modules" / "edge_jetson_clocks.py"
 PY38 = "/root/.pyenv/versions/3.8.18/bin/python"
 
 # cpufreq tables (kHz) and GPU OPPs (Hz): tools/edgetune/twin/guest/boards/*.json
@@ -150,7 +153,7 @@ def runner(root, calls=None):
 def run(root, state="pinned", check_mode=False, diff=False, calls=None, store_file=None):
     params = {"state": state, "store_file": str(store_file or root.parent / "store" / "jetson_clocks.conf"),
               "jetson_clocks_path": str(JETSON_CLOCKS)}
-    return ejc.run(params, check_mode, diff, runner(root, calls), lambda name: None)
+    return edge_clocks.run(params, check_mode, diff, runner(root, calls), lambda name: None)
 
 
 @pytest.fixture
@@ -191,32 +194,32 @@ NV Power Mode: MAXN_SUPER
 
 
 def test_parse_r35_show_with_online_fields_and_an_offline_cpu():
-    show = ejc.parse_show(R35_SHOW)
+    show = edge_clocks.parse_show(R35_SHOW)
     assert show["cpus"][8] == {"online": False, "governor": "", "min": None, "max": None, "cur": None}
     assert show["cpus"][4]["min"] == show["cpus"][4]["max"] == 1728000
     assert show["emc"]["override"] == 1
     assert show["power_mode"] == "MODE_30W"
-    assert ejc.not_pinned(show) == ["cpu0: MinFreq=729600 MaxFreq=1728000"]
+    assert edge_clocks.not_pinned(show) == ["cpu0: MinFreq=729600 MaxFreq=1728000"]
 
 
 def test_parse_newer_show_takes_online_cpus_from_the_header_and_skips_the_emc():
-    show = ejc.parse_show(NEWER_SHOW)
+    show = edge_clocks.parse_show(NEWER_SHOW)
     assert [show["cpus"][n]["online"] for n in (0, 4)] == [True, False]
     assert show["emc"]["override"] is None
     # cpu4 is offline and the EMC has no FreqOverride field: nothing is judged unpinned.
-    assert ejc.not_pinned(show) == []
+    assert edge_clocks.not_pinned(show) == []
     assert show["power_mode"] == "MAXN_SUPER"
 
 
 @pytest.mark.parametrize("text", ["", "NVPM ERROR: something\n", "GPU MinFreq=1 MaxFreq=1 CurrentFreq=1\n"])
 def test_parse_refuses_output_without_cpu_lines(text):
     with pytest.raises(ValueError, match="no 'cpuN"):
-        ejc.parse_show(text)
+        edge_clocks.parse_show(text)
 
 
 def test_summary_predicts_what_pinning_leaves():
-    show = ejc.parse_show(R35_SHOW)
-    assert ejc.summary(show, pinned_prediction=True).splitlines() == [
+    show = edge_clocks.parse_show(R35_SHOW)
+    assert edge_clocks.summary(show, pinned_prediction=True).splitlines() == [
         "cpu0: MinFreq=1728000 MaxFreq=1728000", "cpu4: MinFreq=1728000 MaxFreq=1728000",
         "GPU: MinFreq=612000000 MaxFreq=612000000", "EMC: FreqOverride=1"]
 
@@ -287,7 +290,7 @@ def test_restore_writes_back_the_values_from_before_pinning(agx):
 def test_restore_without_a_store_file_fails_and_changes_nothing(agx, tmp_path):
     sim(agx, JETSON_CLOCKS)  # pinned by hand, never stored
     before = snapshot(tmp_path)
-    with pytest.raises(ejc.ClocksError, match="does not exist: nothing was changed"):
+    with pytest.raises(EdgeError, match="does not exist: nothing was changed"):
         run(agx, state="restored")
     assert snapshot(tmp_path) == before
 
@@ -296,7 +299,7 @@ def test_restore_of_a_file_holding_pinned_values_is_an_error(agx, tmp_path):
     sim(agx, JETSON_CLOCKS)
     store = tmp_path / "pinned.conf"
     sim(agx, JETSON_CLOCKS, "--store", store)
-    with pytest.raises(ejc.ClocksError, match="left the clocks pinned"):
+    with pytest.raises(EdgeError, match="left the clocks pinned"):
         run(agx, state="restored", store_file=store)
 
 
@@ -320,8 +323,8 @@ def test_jetson_clocks_that_does_not_pin_is_an_error(agx):
         return runner(agx)(argv)
 
     params = {"state": "pinned", "store_file": str(agx.parent / "s.conf"), "jetson_clocks_path": str(JETSON_CLOCKS)}
-    with pytest.raises(ejc.ClocksError, match="not pinned: cpu0: MinFreq=729600 MaxFreq=1728000"):
-        ejc.run(params, False, False, lazy, lambda name: None)
+    with pytest.raises(EdgeError, match="not pinned: cpu0: MinFreq=729600 MaxFreq=1728000"):
+        edge_clocks.run(params, False, False, lazy, lambda name: None)
 
 
 @pytest.mark.parametrize("reply, message", [
@@ -330,19 +333,120 @@ def test_jetson_clocks_that_does_not_pin_is_an_error(agx):
 ])
 def test_command_failures_are_reported_not_raised(tmp_path, reply, message):
     params = {"state": "pinned", "store_file": str(tmp_path / "s.conf"), "jetson_clocks_path": str(JETSON_CLOCKS)}
-    with pytest.raises(ejc.ClocksError, match=message):
-        ejc.run(params, False, False, lambda argv: reply, lambda name: None)
+    with pytest.raises(EdgeError, match=message):
+        edge_clocks.run(params, False, False, lambda argv: reply, lambda name: None)
     assert not (tmp_path / "s.conf").exists()
 
 
 def test_missing_program_is_a_clear_error(tmp_path):
     params = {"state": "pinned", "store_file": str(tmp_path / "s.conf"), "jetson_clocks_path": None}
-    with pytest.raises(ejc.ClocksError, match="jetson_clocks was not found"):
-        ejc.run(params, False, False, lambda argv: (0, "", ""), lambda name: None)
+    with pytest.raises(EdgeError, match="jetson_clocks was not found"):
+        edge_clocks.run(params, False, False, lambda argv: (0, "", ""), lambda name: None)
 
 
 # --------------------------------------------------------------------------
-# Boot-time CLI (no Ansible on the board)
+# The boot program (edge_boot, kind jetson_clocks)
+
+def apply_boot(state_dir, root="/"):
+    """edge_boot.apply_dir as the boot unit runs it: (status, stdout lines, stderr lines)."""
+    out, err = io.StringIO(), io.StringIO()
+    status = edge_boot.apply_dir(str(state_dir), str(root), out, err)
+    return status, out.getvalue().splitlines(), err.getvalue().splitlines()
+
+
+def save(state_dir, settings):
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / "jetson-clocks.json"
+    path.write_text(edge_boot.document("jetson_clocks", settings, "edge_jetson_clocks"))
+    return state_dir
+
+
+def test_boot_pins_after_every_reboot(agx, tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGETUNE_TWIN_ROOT", str(agx))  # the simulator's sysfs
+    store = tmp_path / "var/lib/edgetune/jetson_clocks.conf"
+    state_dir = save(tmp_path / "boot.d", {"store_file": str(store), "program": str(JETSON_CLOCKS)})
+    # root is not used by this kind: jetson_clocks acts on the system it runs on.
+    assert apply_boot(state_dir, tmp_path / "unused") == (0, [
+        "edgetune-boot: jetson_clocks: saved the clocks to %s and pinned them (NV Power Mode: MODE_30W)" % store], [])
+    assert get(agx, CPU + "/cpufreq/policy4/scaling_min_freq") == "1728000"
+    assert get(agx, EMC + "/mrq_rate_locked") == "1"
+    saved = dict(line.rsplit(":", 1) for line in store.read_text().splitlines())
+    assert saved[CPU + "/cpufreq/policy4/scaling_min_freq"] == "729600"  # from before pinning
+    mtime = store.stat().st_mtime_ns
+    assert apply_boot(state_dir) == (0, ["edgetune-boot: jetson_clocks: clocks already pinned (NV Power Mode: "
+                                         "MODE_30W)"], [])
+    assert store.stat().st_mtime_ns == mtime  # never stores pinned values
+
+    # A reboot into MAXN (recorded by nvpmodel): fresh clocks; the boot stores MAXN's and pins.
+    boot(agx, "agx_r35", mode_id=0)
+    status, out, err = apply_boot(state_dir)
+    assert (status, err) == (0, [])
+    assert out == ["edgetune-boot: jetson_clocks: saved the clocks to %s and pinned them (NV Power Mode: MAXN)"
+                   % store]
+    assert [get(agx, CPU + "/cpufreq/policy%d/scaling_min_freq" % p) for p in (0, 4, 8)] == ["2201600"] * 3
+    saved = dict(line.rsplit(":", 1) for line in store.read_text().splitlines())
+    assert saved[CPU + "/cpufreq/policy8/scaling_min_freq"] == "729600"
+
+
+def test_boot_finds_jetson_clocks_on_path_when_no_program_is_saved(agx, tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "jetson_clocks").symlink_to(JETSON_CLOCKS)
+    monkeypatch.setenv("PATH", "%s%s%s" % (bin_dir, os.pathsep, os.environ["PATH"]))
+    monkeypatch.setenv("EDGETUNE_TWIN_ROOT", str(agx))
+    store = tmp_path / "s.conf"
+    status, out, err = apply_boot(save(tmp_path / "boot.d", {"store_file": str(store), "program": None}))
+    assert (status, err) == (0, [])
+    assert out == ["edgetune-boot: jetson_clocks: saved the clocks to %s and pinned them (NV Power Mode: MODE_30W)"
+                   % store]
+    assert get(agx, EMC + "/mrq_rate_locked") == "1"
+
+
+def test_boot_reports_a_failing_jetson_clocks_in_one_line(tmp_path):
+    program = tmp_path / "jetson_clocks"
+    program.write_text("#!/bin/sh\necho Permission denied >&2\nexit 1\n")
+    program.chmod(0o755)
+    store = tmp_path / "s.conf"
+    status, out, err = apply_boot(save(tmp_path / "boot.d", {"store_file": str(store), "program": str(program)}))
+    assert (status, out) == (1, [])
+    assert err == ["edgetune-boot: jetson_clocks: error: %s --show failed with rc=1: Permission denied" % program]
+    assert not store.exists()
+
+
+def test_boot_with_a_program_that_is_not_there(tmp_path):
+    program = tmp_path / "absent"
+    status, out, err = apply_boot(save(tmp_path / "boot.d", {"store_file": str(tmp_path / "s"),
+                                                             "program": str(program)}))
+    assert (status, out) == (1, [])
+    assert err == ["edgetune-boot: jetson_clocks: error: jetson_clocks_path %s is not an executable file" % program]
+
+
+@pytest.mark.parametrize("settings, messages", [
+    ({}, ["store_file must be an absolute path, not None"]),
+    ({"store_file": "s.conf", "program": None}, ["store_file must be an absolute path, not 's.conf'"]),
+    ({"store_file": 3, "program": None}, ["store_file must be an absolute path, not 3"]),
+    ({"store_file": "/var/s.conf", "program": "jetson_clocks"},
+     ["program must be null (jetson_clocks on PATH, /usr/bin or /usr/sbin) or an absolute path, not "
+      "'jetson_clocks'"]),
+    ({"store_file": "/var/s.conf", "program": False}, ["program must be null"]),
+    ({"store_file": "", "program": ["/usr/bin/jetson_clocks"]}, ["store_file must be", "program must be"]),
+])
+def test_boot_apply_refuses_malformed_settings(tmp_path, settings, messages):
+    with pytest.raises(EdgeError) as refused:
+        edge_clocks.boot_apply(settings, "/")
+    assert len(refused.value.errors) == len(messages)
+    for error, message in zip(refused.value.errors, messages):
+        assert error.startswith("jetson_clocks settings: ") and message in error
+    with pytest.raises(EdgeError, match="must be a mapping"):
+        edge_clocks.boot_apply(["/var/s.conf"], "/")
+
+
+def test_boot_with_malformed_settings_runs_nothing_and_says_why(tmp_path):
+    status, out, err = apply_boot(save(tmp_path / "boot.d", {"store_file": "jetson_clocks.conf", "program": None}))
+    assert (status, out) == (1, [])
+    assert err == ["edgetune-boot: jetson_clocks: error: jetson_clocks settings: store_file must be an absolute "
+                   "path, not 'jetson_clocks.conf'"]
+
 
 def _interpreters():
     found = [sys.executable]
@@ -352,46 +456,26 @@ def _interpreters():
 
 
 @pytest.mark.parametrize("python", _interpreters())
-def test_boot_pin_cli_after_a_reboot(agx, tmp_path, python):
+def test_boot_program_on_the_device_without_ansible(agx, tmp_path, python):
+    """As the role edge_boot installs it: edge_boot and the utilities it names, in the collection's
+    layout, run by the device's Python (3.8 too) with nothing else on its path."""
     store = tmp_path / "var/lib/edgetune/jetson_clocks.conf"
+    state_dir = save(tmp_path / "boot.d", {"store_file": str(store), "program": str(JETSON_CLOCKS)})
     install = tmp_path / "usr/local/lib/edgetune"
-    # As role edge_power installs it: the helper beside the command, in the collection's layout.
     utils = install / "ansible_collections/edgetune/fleet/plugins/module_utils"
     utils.mkdir(parents=True)
-    shutil.copy(str(MODULE), str(install / "edge_jetson_clocks.py"))
-    shutil.copy(str(REPO / "plugins/module_utils/edge_clocks.py"), str(utils / "edge_clocks.py"))
-    env = dict(os.environ, EDGETUNE_TWIN_ROOT=str(agx), PYTHONPATH="")
-    command = [python, str(install / "edge_jetson_clocks.py"), "--boot-pin", "--store-file", str(store),
-               "--jetson-clocks", str(JETSON_CLOCKS)]
-    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+    for name in edge_boot.FILES:
+        source = REPO / "plugins/module_utils" / (name + ".py")
+        if source.exists():  # the other kinds' utilities are not needed for this one
+            shutil.copy(str(source), str(utils / source.name))
+    command = [python, "-m", edge_boot.PACKAGE + ".edge_boot", "--state-dir", str(state_dir)]
+    done = subprocess.run(command, cwd=str(install), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, env=dict(os.environ, EDGETUNE_TWIN_ROOT=str(agx), PYTHONPATH=""),
                           check=False)
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout == ("edge_jetson_clocks: saved the clocks to %s and pinned them (NV Power Mode: MODE_30W)\n"
-                           % store)
+    assert done.stdout == ("edgetune-boot: jetson_clocks: saved the clocks to %s and pinned them "
+                           "(NV Power Mode: MODE_30W)\n" % store)
     assert get(agx, CPU + "/cpufreq/policy4/scaling_min_freq") == "1728000"
-    assert get(agx, EMC + "/mrq_rate_locked") == "1"
-    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          check=False)
-    assert done.returncode == 0
-    assert done.stdout == "edge_jetson_clocks: clocks already pinned (NV Power Mode: MODE_30W)\n"
-
-    # A reboot into MAXN (recorded by nvpmodel): fresh clocks; the unit stores MAXN's and pins.
-    boot(agx, "agx_r35", mode_id=0)
-    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          check=False)
-    assert done.returncode == 0, done.stderr
-    assert [get(agx, CPU + "/cpufreq/policy%d/scaling_min_freq" % p) for p in (0, 4, 8)] == ["2201600"] * 3
-    saved = dict(line.rsplit(":", 1) for line in store.read_text().splitlines())
-    assert saved[CPU + "/cpufreq/policy8/scaling_min_freq"] == "729600"
-
-
-def test_boot_pin_cli_reports_one_line_and_fails(tmp_path):
-    err = io.StringIO()
-    status = ejc.boot_pin(str(tmp_path / "s.conf"), str(JETSON_CLOCKS), io.StringIO(), err,
-                          run_command=lambda argv: (1, "", "Permission denied"))
-    assert status == 1
-    assert err.getvalue() == ("edge_jetson_clocks: error: %s --show failed with rc=1: Permission denied\n"
-                              % JETSON_CLOCKS)
 
 
 # --------------------------------------------------------------------------
@@ -422,6 +506,77 @@ def test_main_check_mode_through_ansible(agx, tmp_path, capsys, monkeypatch):
     assert result["changed"] is True and result["pinned"] is True and result["stored"] is True
     assert "diff" in result
     assert snapshot(agx) == before and not (tmp_path / "s.conf").exists()
+
+
+@pytest.mark.controller
+def test_main_saves_the_boot_state_when_pinned_and_removes_it_when_restored(agx, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("EDGETUNE_TWIN_ROOT", str(agx))
+    original = clock_files(agx, "agx_r35")
+    store = tmp_path / "s.conf"
+    state_dir = tmp_path / "boot.d"
+    state = state_dir / "jetson-clocks.json"
+    args = {"jetson_clocks_path": str(JETSON_CLOCKS), "store_file": str(store), "state_file": str(state)}
+    before = snapshot(tmp_path)
+    check = run_main(dict(args, _ansible_check_mode=True, _ansible_diff=True), capsys)
+    assert check["changed"] is True and check["state_file_changed"] is True
+    assert snapshot(tmp_path) == before
+    assert [d["before_header"] for d in check["diff"]] == ["jetson_clocks", str(state)]
+
+    pinned = run_main(dict(args, _ansible_diff=True), capsys)
+    assert pinned["changed"] is True and pinned["pinned"] is True and pinned["state_file_changed"] is True
+    assert json.loads(state.read_text()) == {
+        "format": 1, "kind": "jetson_clocks", "generated_by": "edge_jetson_clocks",
+        "settings": {"store_file": str(store), "program": str(JETSON_CLOCKS)}}
+    assert pinned["diff"][1] == {"before_header": str(state), "after_header": str(state), "before": "",
+                                 "after": state.read_text()}
+    assert pinned["diff"][1]["after"] == check["diff"][1]["after"]
+    again = run_main(args, capsys)
+    assert again["changed"] is False and again["state_file_changed"] is False
+
+    # What the module saved pins the clocks again after a reboot.
+    boot(agx, "agx_r35")
+    assert clock_files(agx, "agx_r35") == original
+    assert apply_boot(state_dir) == (0, ["edgetune-boot: jetson_clocks: saved the clocks to %s and pinned them "
+                                         "(NV Power Mode: MODE_30W)" % store], [])
+    assert get(agx, CPU + "/cpufreq/policy4/scaling_min_freq") == "1728000"
+
+    text = state.read_text()
+    check = run_main(dict(args, state="restored", _ansible_check_mode=True, _ansible_diff=True), capsys)
+    assert check["changed"] is True and check["state_file_changed"] is True and state.read_text() == text
+    assert check["diff"][1] == {"before_header": str(state), "after_header": str(state), "before": text,
+                                "after": ""}
+    restored = run_main(dict(args, state="restored"), capsys)
+    assert restored["restored"] is True and restored["state_file_changed"] is True and not state.exists()
+    assert clock_files(agx, "agx_r35") == original
+    assert apply_boot(state_dir) == (0, [], [])  # nothing pins them at the next boot
+    again = run_main(dict(args, state="restored"), capsys)
+    assert again["changed"] is False and again["state_file_changed"] is False
+
+
+@pytest.mark.controller
+def test_main_state_file_change_alone_is_a_change(agx, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("EDGETUNE_TWIN_ROOT", str(agx))
+    sim(agx, JETSON_CLOCKS)  # pinned already
+    state = tmp_path / "jetson-clocks.json"
+    result = run_main({"jetson_clocks_path": str(JETSON_CLOCKS), "store_file": str(tmp_path / "s.conf"),
+                       "state_file": str(state)}, capsys)
+    assert result["pinned_before"] is True and result["stored"] is False
+    assert result["changed"] is True and result["state_file_changed"] is True
+    assert edge_boot.read(str(state), "jetson_clocks")[1] == {"store_file": str(tmp_path / "s.conf"),
+                                                              "program": str(JETSON_CLOCKS)}
+
+
+@pytest.mark.controller
+def test_main_refuses_a_relative_program_for_the_boot_before_pinning(agx, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("EDGETUNE_TWIN_ROOT", str(agx))
+    monkeypatch.chdir(str(JETSON_CLOCKS.parent))
+    before = snapshot(tmp_path)
+    result = run_main({"jetson_clocks_path": "jetson_clocks", "store_file": str(tmp_path / "s.conf"),
+                       "state_file": str(tmp_path / "jetson-clocks.json")}, capsys)
+    assert result["failed"] is True
+    assert result["msg"] == ("jetson_clocks settings: program must be null (jetson_clocks on PATH, /usr/bin or "
+                             "/usr/sbin) or an absolute path, not 'jetson_clocks'")
+    assert snapshot(tmp_path) == before
 
 
 @pytest.mark.controller

@@ -1,4 +1,4 @@
-"""PCIe Virtual Channel: config space parser, TC/VC planning, the edge_pcie_vc module and its boot CLI.
+"""PCIe Virtual Channel: config space parser, TC/VC planning, the edge_pcie_vc module and the boot-time re-apply.
 
 Real images come from pciutils' test dumps (fixtures/pcie/README.md); the shapes
 those dumps lack (a disabled VC1, MFVC + VC9) are built here from the register
@@ -21,7 +21,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_pcie as pcie
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 from ansible.module_utils.testing import patch_module_args
 
 REPO = Path(__file__).resolve().parents[2]
@@ -624,8 +626,8 @@ def test_waits_for_negotiation_then_succeeds(twin_link, monkeypatch):
                 struct.pack_into("<H", data, 0x16E, 0)
                 Path(config).write_bytes(bytes(data))
     clock = iter(range(100)).__next__
-    result, _ends = edge_pcie_vc.run(str(root), device_class="0x0108", tcs=[1], timeout=10,
-                                     sleep=fake_sleep, clock=lambda: clock() * 0.01)
+    result, _ends = pcie.run(str(root), device_class="0x0108", tcs=[1], timeout=10,
+                             sleep=fake_sleep, clock=lambda: clock() * 0.01)
     assert len(calls) == 3 and result["supported"]
 
 
@@ -775,7 +777,7 @@ def test_documentation_matches_argument_spec(monkeypatch):
 
 
 # --------------------------------------------------------------------------
-# Boot-time re-apply
+# Boot-time re-apply: the settings in edgetune's state format, run by edge_boot.apply_dir
 
 def power_on(configs):
     """What a reboot does to the link: both ends back to VC0 with all TCs, VC1 disabled."""
@@ -783,96 +785,241 @@ def power_on(configs):
         Path(config).write_bytes(vc1_disabled(port_type))
 
 
-def state_file(tmp_path, mappings):
-    path = tmp_path / "pcie-vc.json"
-    path.write_text(json.dumps({"format": 1, "generated_by": "edge_pcie_qos", "mappings": mappings}))
-    return path
+def state_dir(tmp_path, settings):
+    """The boot program's state directory with the pcie_vc state file of ``settings``."""
+    directory = tmp_path / "boot.d"
+    directory.mkdir(exist_ok=True)
+    path = edge_boot.state_path("pcie_vc", str(directory))
+    Path(path).write_text(edge_boot.document("pcie_vc", settings, "edge_pcie_qos"))
+    return directory
 
 
-def _interpreters():
-    found = [sys.executable]
-    if os.path.exists(PY38) and sys.version_info[:2] != (3, 8):
-        found.append(PY38)  # the device's Python, without Ansible installed
-    return found
+def boot(directory, root):
+    """edgetune-boot.service's run: (exit status, stdout lines, stderr lines)."""
+    out, err = io.StringIO(), io.StringIO()
+    status = edge_boot.apply_dir(str(directory), str(root), out, err)
+    return status, out.getvalue().splitlines(), err.getvalue().splitlines()
 
 
-@pytest.mark.parametrize("python", _interpreters())
-def test_cli_reapplies_the_state_file_after_reboot(tmp_path, python):
-    root = tmp_path / "root"
-    rp, ep = link_tree(root, vc1_disabled(0x4), vc1_disabled(0))
-    for config in (rp, ep):  # the link partner is not simulated in a subprocess: negotiation done
-        data = bytearray(Path(config).read_bytes())
-        struct.pack_into("<H", data, 0x16E, 0)
-        Path(config).write_bytes(bytes(data))
-    state = state_file(tmp_path, [dict(NVME_TC1, timeout=0.5)])
-    command = [python, str(REPO / "plugins/modules/edge_pcie_vc.py"),
-               "--apply-state", str(state), "--sysfs-root", str(root)]
-    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          env=dict(os.environ, PYTHONPATH=""), check=False)
-    assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.splitlines() == [
-        "edge_pcie_vc: 0001:00:00.0 VC0 Resource Control 0x15c: 0x800000ff -> 0x800000fd",
-        "edge_pcie_vc: 0001:00:00.0 VC1 Resource Control 0x168: 0x01000000 -> 0x81000002",
-        "edge_pcie_vc: 0001:01:00.0 VC0 Resource Control 0x15c: 0x800000ff -> 0x800000fd",
-        "edge_pcie_vc: 0001:01:00.0 VC1 Resource Control 0x168: 0x01000000 -> 0x81000002",
-    ]
-    assert [reg(c, 0x168) for c in (rp, ep)] == [0x81000002, 0x81000002]
-    again = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                           check=False)
-    assert (again.returncode, again.stdout, again.stderr) == (0, "", "")
+MAPPED = [
+    "edgetune-boot: pcie_vc: 0001:00:00.0 VC0 Resource Control 0x15c: 0x800000ff -> 0x800000fd",
+    "edgetune-boot: pcie_vc: 0001:00:00.0 VC1 Resource Control 0x168: 0x01000000 -> 0x81000002",
+    "edgetune-boot: pcie_vc: 0001:01:00.0 VC0 Resource Control 0x15c: 0x800000ff -> 0x800000fd",
+    "edgetune-boot: pcie_vc: 0001:01:00.0 VC1 Resource Control 0x168: 0x01000000 -> 0x81000002",
+]
 
 
-def test_cli_runs_from_the_installed_layout_without_ansible(tmp_path):
-    python = PY38 if os.path.exists(PY38) else sys.executable
-    root = tmp_path / "root"
-    rp, ep = link_tree(root, load_dump("p2020-root-port-0000-04-00.0.lspci")[1],
-                       load_dump("qca988x-0000-05-00.0.lspci")[1])
-    install = tmp_path / "usr/local/lib/edgetune"
-    (install / "module_utils").mkdir(parents=True)
-    shutil.copy(str(REPO / "plugins/modules/edge_pcie_vc.py"), str(install / "edge_pcie_vc.py"))
-    shutil.copy(str(REPO / "plugins/module_utils/edge_pcie.py"), str(install / "module_utils/edge_pcie.py"))
-    state = state_file(tmp_path, [{"device_class": "0x0280", "tcs": [1], "vc_id": 1}])
-    done = subprocess.run([python, str(install / "edge_pcie_vc.py"), "--apply-state", str(state),
-                           "--sysfs-root", str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, env=dict(os.environ, PYTHONPATH=""), check=False)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("edge_pcie_vc: mapping 1 (class 0x0280): not supported, left as it is: "
-                                  "0001:00:00.0 (upstream port) has no Virtual Channel capability")
-
-
-def test_cli_reports_each_failing_mapping_and_applies_the_rest(twin_link, partner):
+def test_boot_reapplies_the_mappings_after_reboot(twin_link, partner, capsys):
     root, (rp, ep) = twin_link
-    state = state_file(twin_link[0], [
+    directory = state_dir(root, pcie.boot_settings([NVME_TC1], 0.5, False))
+    assert run_module(dict(NVME_TC1, sysfs_root=str(root)), capsys)["changed"]
+    tuned = [Path(c).read_bytes() for c in (rp, ep)]
+    power_on((rp, ep))
+    assert boot(directory, root) == (0, MAPPED, [])
+    # The registers and the negotiated status are exactly what the module left before the reboot.
+    assert [Path(c).read_bytes() for c in (rp, ep)] == tuned
+    for config in (rp, ep):
+        assert (reg(config, 0x15C), reg(config, 0x168), reg(config, 0x16E, 2)) == (0x800000FD, 0x81000002, 0)
+    partner.log.clear()
+    assert boot(directory, root) == (0, [], [])  # mapped already: nothing written, nothing said
+    assert partner.log == []
+
+
+def test_boot_reports_each_failing_mapping_and_applies_the_rest(twin_link, partner):
+    root, (rp, ep) = twin_link
+    directory = state_dir(root, {"mappings": [
         {"device": "0009:01:00.0", "tcs": [1]},
         {"device_class": "0x0108", "tcs": [0]},
         {"device_class": "0x0108", "tcs": [1], "colour": "red"},
         "not a mapping",
         {"device_class": "0x0108", "tcs": [2], "vc_id": 1},
         {"device_class": "0x0280", "tcs": [1], "fail_unsupported": True},
-    ])
-    out, err = io.StringIO(), io.StringIO()
-    assert edge_pcie_vc.apply_state_file(str(state), str(root), out, err) == 1
-    assert err.getvalue().splitlines() == [
-        "edge_pcie_vc: error: mapping 1 (0009:01:00.0): PCI device 0009:01:00.0 not found under %s; present: "
-        "0000:00:00.0 0001:00:00.0 0001:01:00.0" % pcie.devices_dir(str(root)),
-        "edge_pcie_vc: error: mapping 2 (class 0x0108): TC0 cannot be moved: TC0 is always mapped to VC0",
-        "edge_pcie_vc: error: mapping {'device_class': '0x0108', 'tcs': [1], 'colour': 'red'}: unknown keys colour",
-        "edge_pcie_vc: error: mapping 'not a mapping' is not a mapping",
-        "edge_pcie_vc: error: mapping 6 (class 0x0280): no extended virtual channel to map TCs 1 to: "
+        {"device_class": "0x0108", "tcs": [2], "timeout": "soon"},
+    ]})
+    status, out, err = boot(directory, root)
+    assert status == 1
+    assert err == [
+        "edgetune-boot: pcie_vc: error: mapping 1 (0009:01:00.0): PCI device 0009:01:00.0 not found under %s; "
+        "present: 0000:00:00.0 0001:00:00.0 0001:01:00.0" % pcie.devices_dir(str(root)),
+        "edgetune-boot: pcie_vc: error: mapping 2 (class 0x0108): TC0 cannot be moved: TC0 is always mapped to VC0",
+        "edgetune-boot: pcie_vc: error: mapping 3 (class 0x0108): unknown keys colour "
+        "(a mapping has device, device_class, tcs, vc_id, timeout, fail_unsupported)",
+        "edgetune-boot: pcie_vc: error: mapping 4: 'not a mapping' is not a mapping "
+        "(a dict of device, device_class, tcs, vc_id, timeout, fail_unsupported)",
+        "edgetune-boot: pcie_vc: error: mapping 6 (class 0x0280): no extended virtual channel to map TCs 1 to: "
         "no PCI device of class 0x0280 on this host",
+        "edgetune-boot: pcie_vc: error: mapping 7 (class 0x0108): timeout must be a positive number of seconds, "
+        "got 'soon'",
     ]
+    # Mapping 5 was applied all the same: TC2 on VC ID 1 on both ends.
+    assert out == [line.replace("0x800000fd", "0x800000fb").replace("0x81000002", "0x81000004") for line in MAPPED]
     assert [reg(c, 0x168) for c in (rp, ep)] == [0x81000004, 0x81000004]
 
 
-@pytest.mark.parametrize("content", ["{", json.dumps({"format": 2, "mappings": []}), json.dumps({"format": 1}),
-                                     json.dumps([1, 2])])
-def test_cli_rejects_a_bad_state_file(tmp_path, content):
-    path = tmp_path / "state.json"
-    path.write_text(content)
-    err = io.StringIO()
-    assert edge_pcie_vc.apply_state_file(str(path), str(tmp_path), io.StringIO(), err) == 1
-    assert err.getvalue().startswith("edge_pcie_vc: error: state file %s: " % path)
-    assert edge_pcie_vc.apply_state_file(str(tmp_path / "absent.json"), str(tmp_path), io.StringIO(), err) == 1
+def test_boot_leaves_a_link_without_extended_vc_as_it_is(tmp_path):
+    # The P2020 root port has no VC capability; the QCA988x below it has VC0 only.
+    link_tree(tmp_path, load_dump("p2020-root-port-0000-04-00.0.lspci")[1],
+              load_dump("qca988x-0000-05-00.0.lspci")[1])
+    directory = state_dir(tmp_path, pcie.boot_settings([{"device_class": "0x0280", "tcs": [1]}]))
+    before = snapshot(tmp_path / "sys")
+    status, out, err = boot(directory, tmp_path)
+    assert (status, err) == (0, [])
+    assert out == ["edgetune-boot: pcie_vc: mapping 1 (class 0x0280): not supported, left as it is: "
+                   "0001:00:00.0 (upstream port) has no Virtual Channel capability (VC0 only); 0001:01:00.0 "
+                   "(device) has only VC0: its VC capability at 0x140 reports Extended VC Count 0"]
+    assert snapshot(tmp_path / "sys") == before
+    directory = state_dir(tmp_path, pcie.boot_settings([{"device_class": "0x0280", "tcs": [1]}], 1.0, True))
+    status, out, err = boot(directory, tmp_path)
+    assert (status, out) == (1, [])
+    assert err == ["edgetune-boot: pcie_vc: error: mapping 1 (class 0x0280): no extended virtual channel to map "
+                   "TCs 1 to: 0001:00:00.0 (upstream port) has no Virtual Channel capability (VC0 only); "
+                   "0001:01:00.0 (device) has only VC0: its VC capability at 0x140 reports Extended VC Count 0"]
+    assert snapshot(tmp_path / "sys") == before
+
+
+def test_boot_reports_the_writes_made_before_a_link_failed(twin_link, monkeypatch):
+    root, (rp, ep) = twin_link
+    monkeypatch.setattr(pcie, "write_register", LinkPartner([rp, ep], stuck=[ep]))  # the device never enables VC1
+    directory = state_dir(root, pcie.boot_settings([NVME_TC1], 0.05))
+    status, out, err = boot(directory, root)
+    assert status == 1
+    assert out == MAPPED  # the writes made, each with the value written ...
+    assert len(err) == 1 and err[0].startswith("edgetune-boot: pcie_vc: error: mapping 1 (class 0x0108): ")
+    # ... and the one that did not stick, read back.
+    assert "0001:01:00.0 (device) VC1 Resource Control at 0x168 reads 0x01000002, expected 0x81000002" in err[0]
+    assert "VC1 negotiation is still pending on 0001:01:00.0 (device) after 0.05 s" in err[0]
+    assert reg(rp, 0x168) == 0x81000002 and reg(ep, 0x168) == 0x01000002
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({}, 'pcie_vc settings must be {"mappings": [...]}, got {}: run the role edge_pcie_qos again'),
+    ({"mappings": {"device": "0001:01:00.0"}}, 'pcie_vc settings must be {"mappings": [...]}'),
+    ({"mappings": [], "timeout": 1}, "pcie_vc settings have unknown keys timeout (only mappings)"),
+])
+def test_boot_apply_refuses_malformed_settings(twin_link, partner, settings, message):
+    root, _configs = twin_link
+    before = snapshot(root)
+    with pytest.raises(EdgeError) as info:
+        pcie.boot_apply(settings, str(root))
+    assert str(info.value).startswith(message)
+    directory = state_dir(root, settings)
+    status, out, err = boot(directory, root)
+    assert (status, out) == (1, [])
+    assert err == ["edgetune-boot: pcie_vc: error: %s" % info.value]
+    assert partner.log == [] and {p: v for p, v in snapshot(root).items() if "boot.d" not in p} == before
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{", "is not JSON"),
+    (json.dumps({"format": 1, "generated_by": "edge_pcie_qos", "mappings": [NVME_TC1]}),  # the old format
+     "is not an edgetune boot-time state of format 1"),
+    (json.dumps([1, 2]), "is not an edgetune boot-time state of format 1"),
+])
+def test_boot_rejects_a_bad_state_file(twin_link, partner, content, message):
+    root, _configs = twin_link
+    directory = root / "boot.d"
+    directory.mkdir()
+    (directory / "pcie-vc.json").write_text(content)
+    status, out, err = boot(directory, root)
+    assert (status, out, len(err)) == (1, [], 1)
+    assert err[0].startswith("edgetune-boot: error: state file %s " % (directory / "pcie-vc.json")), err
+    assert message in err[0] and partner.log == []
+
+
+def _device_python():
+    """The device's Python (3.8, without Ansible), or this one."""
+    return PY38 if os.path.exists(PY38) else sys.executable
+
+
+def test_boot_program_runs_from_the_installed_layout_without_ansible(tmp_path):
+    root = tmp_path / "root"
+    rp, ep = link_tree(root, vc1_disabled(0x4), vc1_disabled(0))
+    for config in (rp, ep):  # the link partner is not simulated in a subprocess: negotiation done
+        data = bytearray(Path(config).read_bytes())
+        struct.pack_into("<H", data, 0x16E, 0)
+        Path(config).write_bytes(bytes(data))
+    install = tmp_path / "usr/local/lib/edgetune"
+    utils = install / "ansible_collections/edgetune/fleet/plugins/module_utils"
+    utils.mkdir(parents=True)
+    # Only what edgetune-boot needs to re-apply this kind (edge_boot.FILES lists these).
+    needed = ("edge_boot", "edge_error", "edge_fileio", "edge_pcie")
+    assert set(needed) <= set(edge_boot.FILES)
+    for name in needed:
+        shutil.copy(str(REPO / "plugins/module_utils" / (name + ".py")), str(utils / (name + ".py")))
+    directory = state_dir(tmp_path, pcie.boot_settings([NVME_TC1], 0.5))
+    command = [_device_python(), "-m", "ansible_collections.edgetune.fleet.plugins.module_utils.edge_boot",
+               "--state-dir", str(directory), "--root", str(root)]
+    done = subprocess.run(command, cwd=str(install), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, env=dict(os.environ, PYTHONPATH=""), check=False)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.splitlines() == MAPPED
+    assert [reg(c, 0x168) for c in (rp, ep)] == [0x81000002, 0x81000002]
+    again = subprocess.run(command, cwd=str(install), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True, env=dict(os.environ, PYTHONPATH=""), check=False)
+    assert (again.returncode, again.stdout, again.stderr) == (0, "", "")
+
+
+# --------------------------------------------------------------------------
+# The role's mappings as boot-time settings
+
+def test_boot_settings_give_each_mapping_the_role_settings():
+    settings = pcie.boot_settings([
+        {"device_class": "0x0108", "tcs": [3, 1, 3]},
+        {"device": "01:00.0", "device_class": "", "tcs": ["5", 6], "vc_id": "2"},
+        {"device": None, "device_class": "0x0280", "tcs": [7], "vc_id": 1},
+    ], "0.5", "yes")
+    assert settings == {"mappings": [
+        {"device_class": "0x0108", "tcs": [1, 3], "vc_id": 1, "timeout": 0.5, "fail_unsupported": True},
+        {"device": "0000:01:00.0", "tcs": [5, 6], "vc_id": 2, "timeout": 0.5, "fail_unsupported": True},
+        {"device_class": "0x0280", "tcs": [7], "vc_id": 1, "timeout": 0.5, "fail_unsupported": True},
+    ]}
+    assert pcie.boot_settings([], 1.0, False) == {"mappings": []}
+    # What boot_settings gives, boot_apply takes: every mapping passes the same check.
+    assert [pcie.check_mapping(m) for m in settings["mappings"]] == settings["mappings"]
+    assert json.loads(json.dumps(settings)) == settings
+
+
+def test_boot_settings_name_every_bad_mapping():
+    with pytest.raises(EdgeError) as info:
+        pcie.boot_settings([
+            {"device_class": "0x0108", "tcs": [1]},
+            {"device_class": "0x0108", "tcs": [0]},
+            {"device": "0001:01:00.0", "device_class": "0x0108", "tcs": [1]},
+            {"tcs": [1]},
+            {"device": "01:00", "tcs": [1]},
+            {"device_class": "nvme", "tcs": [1]},
+            {"device_class": "0x0108", "tcs": [1], "vc_id": 9},
+            {"device_class": "0x0108", "tcs": [1], "timeout": 2},
+            ["0x0108", [1]],
+            {"device_class": "0x0108"},
+        ], 1.0, False)
+    assert info.value.errors == [
+        "mapping 2 (class 0x0108): TC0 cannot be moved: TC0 is always mapped to VC0",
+        "mapping 3 (0001:01:00.0): give exactly one of device (a PCI address) and device_class "
+        "(a PCI class like 0x0108)",
+        "mapping 4: give exactly one of device (a PCI address) and device_class (a PCI class like 0x0108)",
+        "mapping 5 (01:00): '01:00' is not a PCI address like 0000:01:00.0",
+        "mapping 6 (class nvme): device_class 'nvme' is not a PCI class like 0x0108 (class and subclass) "
+        "or 0x010802",
+        "mapping 7 (class 0x0108): vc_id 9 is not a VC ID of 1-7 (VC0 is the default VC and is always enabled)",
+        "mapping 8 (class 0x0108): unknown keys timeout (a mapping has device or device_class, tcs, vc_id)",
+        "mapping 9: ['0x0108', [1]] is not a mapping (device or device_class, tcs, vc_id)",
+        "mapping 10 (class 0x0108): tcs must be a non-empty list of traffic classes 1-7, got None",
+    ]
+
+
+@pytest.mark.parametrize("mappings, timeout, fail_unsupported, message", [
+    ({"device_class": "0x0108", "tcs": [1]}, 1.0, False, "mappings must be a list of mappings"),
+    ([NVME_TC1], 0, False, "mapping 1 (class 0x0108): timeout must be a positive number of seconds, got 0"),
+    ([NVME_TC1], "soon", False, "timeout must be a positive number of seconds, got 'soon'"),
+    ([NVME_TC1], float("inf"), False, "timeout must be a positive number of seconds, got inf"),
+    ([NVME_TC1], 1.0, "maybe", "mapping 1 (class 0x0108): fail_unsupported must be true or false, got 'maybe'"),
+    ([NVME_TC1], 1.0, None, "fail_unsupported must be true or false, got None"),
+])
+def test_boot_settings_refuse_bad_role_settings(mappings, timeout, fail_unsupported, message):
+    with pytest.raises(EdgeError) as info:
+        pcie.boot_settings(mappings, timeout, fail_unsupported)
+    assert message in str(info.value)
 
 
 # --------------------------------------------------------------------------

@@ -136,8 +136,8 @@ def audit_plan(name, values=None):
 
 def test_audit_part_names_every_recorded_role_with_its_own_variables():
     roles = audit_plan("orin-nx")["audit"]["roles"]
-    assert sorted(roles) == ["edge_audit_timer", "edge_bootargs", "edge_cgroups", "edge_cpu", "edge_netqos",
-                             "edge_pcie_qos", "edge_power", "edge_runtime"]
+    assert sorted(roles) == ["edge_audit_timer", "edge_boot", "edge_bootargs", "edge_cgroups", "edge_cpu",
+                             "edge_netqos", "edge_pcie_qos", "edge_power", "edge_runtime"]
     assert roles["edge_cgroups"]["inputs"]["variables"]["edge_cgroups_cpu_weight"] == \
         SPECS["edge_cgroups"]["edge_cgroups_cpu_weight"]["default"]
     assert not any(name.startswith("edge_cgroups_") for name in roles["edge_power"]["inputs"]["variables"])

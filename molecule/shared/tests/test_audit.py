@@ -41,7 +41,7 @@ def test_converged_twin_is_clean(host):
 
 def test_converged_twin_publishes_the_cpu_cgroups_and_runtime_checks(host):
     found = results(audit(host)[1], host.backend.host)
-    for setting in ("IRQ affinity", "default IRQ affinity", "unbound workqueue cpumask", "edgetune-irq-affinity unit",
+    for setting in ("IRQ affinity", "default IRQ affinity", "unbound workqueue cpumask", "edgetune-boot unit",
                     "sysctl kernel.sched_rt_runtime_us", "sysctl file /etc/sysctl.d/60-edgetune-cpu.conf",
                     "ai-infer.slice unit", "ai-infer.slice CPUWeight", "ai-infer.slice CPUQuota",
                     "ai-infer.slice MemoryMax", "runtime unit", "runtime environment"):
@@ -212,8 +212,8 @@ def test_inventory_changed_since_the_apply_is_drift_naming_the_variable(host):
 
 MOVE_TC1_BACK_TO_VC0 = """
 import sys
-sys.path.insert(0, "/usr/local/lib/edgetune/module_utils")
-import edge_pcie
+sys.path.insert(0, "/usr/local/lib/edgetune/boot")
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_pcie
 path = "/sys/bus/pci/devices/%s/config"
 vc = [v for v in edge_pcie.parse(edge_pcie.read_config(path))["vc_capabilities"] if v["type"] == "VC"][0]
 vc0, vc1 = vc["vcs"][0], vc["vcs"][1]

@@ -122,12 +122,12 @@ def test_movable_irqs_on_housekeeping_and_unmovable_ones_untouched(host, twin_bo
 
 def test_refused_irqs_are_recorded_for_the_boot_unit(host, twin_board, sets):
     unmovable, power_on = check_irqs(host, twin_board, sets)
-    state = json.loads(host.file("/etc/edgetune/cpu-affinity.json").content_string)
+    state = json.loads(host.file("/etc/edgetune/boot.d/irq-affinity.json").content_string)["settings"]
     # Unmovable IRQs already inside the housekeeping set are left alone, never refused.
     reaching_out = {irq for irq in unmovable if not set(power_on[irq]) <= set(sets["housekeeping"])}
     assert {entry["irq"] for entry in state["refused"]} == reaching_out
     assert state["cpus"] == "0-3"
-    assert host.service("edgetune-irq-affinity.service").is_enabled
+    assert host.service("edgetune-boot.service").is_enabled
 
 
 @pytest.mark.device
@@ -246,20 +246,23 @@ def check_probe(host, sets, unified, kernel_cpus, spec=None):
         assert re.search(r"^\d+:[\w,]*\bcpu\b[\w,]*:\S*%s$" % re.escape(group), cgroups, re.M), cgroups
         assert re.search(r"^\d+:memory:\S*%s/edgetune-probe.service$" % re.escape(group), cgroups, re.M)
     root_budget = rt_root_budget(host, unified)
-    state = host.file("/etc/edgetune/rt-budget.json")
+    state = host.file("/etc/edgetune/boot.d/rt-budget.json")
+    in_slice = host.file("/etc/systemd/system/edgetune-boot.service.d/50-edgetune-rt-budget.conf")
     if root_budget == 0:
         # The container has no RT time (Docker's cgroup has cpu.rt_runtime_us=0): the role
         # says so and runs the probe as SCHED_OTHER rather than failing it.
         assert all(t["policy"] == SCHED_OTHER for t in threads), threads
-        assert not host.file("/etc/systemd/system/edgetune-rt-budget.service").exists and not state.exists
+        assert not in_slice.exists and not state.exists
     elif root_budget and state.exists:
         # The slice got its budget (recorded for the boot unit): the probe really runs SCHED_FIFO.
-        budget = json.loads(state.content_string)["runtime_us"]
+        budget = json.loads(state.content_string)["settings"]["runtime_us"]
         slice_cpu = cpu_dir(host, host.check_output("systemctl show -p ControlGroup --value %s" % spec["name"]))
         assert 0 < budget <= root_budget
         assert int(read(host, slice_cpu + "/cpu.rt_runtime_us")) == budget
         assert all(t["policy"] == SCHED_FIFO and t["rt_priority"] == spec["probe_priority"] for t in threads), threads
-        assert host.service("edgetune-rt-budget.service").is_enabled
+        # The boot program runs in the slice, where the budget lives, before the probe.
+        assert host.check_output("systemctl show -p Slice --value edgetune-boot.service") == spec["name"]
+        assert host.service("edgetune-boot.service").is_enabled
     elif root_budget:
         # RT time there, but less than the slice's budget: reported, probe falls back.
         assert all(t["policy"] == SCHED_OTHER for t in threads), threads

@@ -17,8 +17,8 @@ import pytest
 from conftest import VERIFY_PLAN, inventory_file
 
 NVME_CLASS = "0x0108"
-STATE_FILE = "/etc/edgetune/pcie-vc.json"
-UNIT = "edgetune-pcie-vc.service"
+STATE_FILE = "/etc/edgetune/boot.d/pcie-vc.json"
+UNIT = "edgetune-boot.service"
 HOW_TO = ('set it in molecule.yml: provisioner.inventory.group_vars.all.edge_pcie_qos_mappings: '
           '[{device_class: "0x0108", tcs: [1], vc_id: 1}]')
 
@@ -113,8 +113,8 @@ def test_nvme_link_is_mapped_on_both_ends(host, link, mapping):
 @pytest.mark.device
 def test_boot_unit_and_state_file(host, link, mapping):
     state = json.loads(host.file(STATE_FILE).content_string)
-    assert state["format"] == 1
-    assert [(m["device_class"], m["tcs"], m.get("vc_id", 1)) for m in state["mappings"]] == \
+    assert (state["format"], state["kind"]) == (1, "pcie_vc")
+    assert [(m["device_class"], m["tcs"], m.get("vc_id", 1)) for m in state["settings"]["mappings"]] == \
         [(NVME_CLASS, mapping["tcs"], mapping["vc_id"])]
     assert host.service(UNIT).is_enabled
 
@@ -143,6 +143,6 @@ def test_mapping_is_reapplied_after_a_reboot(host, link, mapping):
     log = host.check_output("journalctl -u %s --since @%d --no-pager -o cat" % (UNIT, since))
     enabled = 0x80000000 | (mapping["vc_id"] << 24) | mapping["tc_map"]
     for bdf in link:
-        assert re.search(r"^edge_pcie_vc: %s VC\d Resource Control 0x[0-9a-f]{3}: 0x[0-9a-f]{8} -> 0x%08x$"
+        assert re.search(r"^edgetune-boot: pcie_vc: %s VC\d Resource Control 0x[0-9a-f]{3}: 0x[0-9a-f]{8} -> 0x%08x$"
                          % (re.escape(bdf), enabled), log, re.M), log
     assert_mapped(host, link, mapping)

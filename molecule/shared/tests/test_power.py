@@ -133,23 +133,25 @@ def test_rockchip_skips_the_jetson_tools(host, power):
     if power["jetson"]:
         pytest.skip("a Jetson board")
     assert not host.exists("nvpmodel")
-    assert "edge_jetson_clocks" not in host.file("/etc/systemd/system/edgetune-power.service").content_string
+    assert not host.file("/etc/edgetune/boot.d/jetson-clocks.json").exists
 
 
 @pytest.mark.device
 def test_boot_unit_is_enabled_and_ran(host, power):
     if not power["persist"]:
         pytest.skip("edge_power_persist is off for this device")
-    unit = host.service("edgetune-power.service")
+    unit = host.service("edgetune-boot.service")
     assert unit.is_enabled
-    assert host.check_output("systemctl is-active edgetune-power.service") == "active"
-    content = host.file("/etc/systemd/system/edgetune-power.service").content_string
-    assert "--apply-state /etc/edgetune/power.json" in content
-    if power["mode"]:
-        assert "After=nvpmodel.service" in content
-    doc = json.loads(host.file("/etc/edgetune/power.json").content_string)
-    assert sorted(e["policy"] for e in doc["cpufreq"]) == power["inference"]
-    assert sorted(e["node"] for e in doc["devfreq"]) == sorted(power["devfreq"])
+    assert host.check_output("systemctl is-active edgetune-boot.service") == "active"
+    # After the power mode (nvpmodel.service, where the board has it) is applied.
+    unit_file = host.file("/etc/systemd/system/edgetune-boot.service").content_string
+    assert re.search(r"^After=.*\bnvpmodel\.service\b", unit_file, re.M)
+    doc = json.loads(host.file("/etc/edgetune/boot.d/dvfs.json").content_string)
+    assert (doc["kind"], doc["generated_by"]) == ("dvfs", "edge_dvfs")
+    assert sorted(e["policy"] for e in doc["settings"]["cpufreq"]) == power["inference"]
+    assert sorted(e["node"] for e in doc["settings"]["devfreq"]) == sorted(power["devfreq"])
+    pin = host.file("/etc/edgetune/boot.d/jetson-clocks.json")
+    assert pin.exists == bool(power["jetson"] and power["pinned"])
 
 
 def _docker(*argv):
@@ -177,12 +179,12 @@ def test_reboot_restores_the_tuning_without_ansible(host, power):
     name = host.backend.host
     # The twin powers on with untuned sysfs: the boot unit alone must bring the tuning back.
     reboot_twin(name)
-    assert host.check_output("systemctl is-active edgetune-power.service") == "active"
+    assert host.check_output("systemctl is-active edgetune-boot.service") == "active"
     # This boot's run of the unit (journald's -b follows the host kernel's boot id in a container).
-    invocation = host.check_output("systemctl show -p InvocationID --value edgetune-power.service")
+    invocation = host.check_output("systemctl show -p InvocationID --value edgetune-boot.service")
     log = host.check_output("journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID=%s" % invocation)
     for policy in power["inference"]:
-        assert "edge_dvfs: policy%d scaling_governor:" % policy in log
+        assert "edgetune-boot: dvfs: policy%d scaling_governor:" % policy in log
     assert_tuned(host, power)
 
 
