@@ -19,7 +19,7 @@ description:
     (plugins/module_utils/edge_boot.py), re-applied at every boot by edgetune-boot.service (role edge_boot);
     JSON with C(format), C(kind), C(generated_by) and C(settings), sorted keys, ending with a newline.
   - Fails when O(kind) is not a kind the boot program knows or O(_input) is not a dict.
-version_added: "0.1.0"
+version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
 positional: _input, kind, generated_by
@@ -40,14 +40,12 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Save the PCIe TC/VC mappings for the boot-time re-apply
-  edgetune.fleet.edge_files:
-    files:
-      - dest: /etc/edgetune/boot.d/pcie-vc.json
-        content: >-
-          {{ edge_pcie_qos_mappings
-             | edgetune.fleet.edge_pcie_boot_settings(edge_pcie_qos_timeout, edge_pcie_qos_fail_unsupported)
-             | edgetune.fleet.edge_boot_state('pcie_vc', 'edge_pcie_qos') }}
+# The settings of any kind, as its module utility's boot_apply takes them.
+- name: Show what the boot program would read for a slice's RT budget
+  ansible.builtin.debug:
+    msg: "{{ budget | edgetune.fleet.edge_boot_state('rt_budget', 'my_play') }}"
+  vars:
+    budget: {slice: ai-infer.slice, runtime_us: 800000}
 """
 
 RETURN = r"""

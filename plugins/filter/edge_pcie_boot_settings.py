@@ -19,7 +19,7 @@ description:
   - Each mapping is checked as the boot program checks it (exactly one of C(device) and C(device_class),
     C(tcs) 1-7, C(vc_id) 1-7); an empty C(device) or C(device_class) counts as not given. Fails with one
     message naming every bad mapping.
-version_added: "0.1.0"
+version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
 positional: _input, timeout, fail_unsupported

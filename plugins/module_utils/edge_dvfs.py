@@ -25,6 +25,8 @@ import os
 import re
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import (
+    read_kernel_value as read_sysfs, under, write_kernel_value as write_sysfs)
 
 CPUFREQ = "cpufreq"
 DEVFREQ = "devfreq"
@@ -47,29 +49,6 @@ FILES = {
 UNITS = {CPUFREQ: "kHz", DEVFREQ: "Hz"}
 
 _POLICY_RE = re.compile(r"^policy(\d+)$")
-
-
-def under(root, path):
-    """``path`` (absolute or relative to /) inside ``root``."""
-    return os.path.join(root or "/", path.lstrip("/"))
-
-
-def read_sysfs(path):
-    with open(path, "r") as handle:
-        return handle.read().strip()
-
-
-def write_sysfs(path, value):
-    """Write one value the way ``echo value > path`` does.
-
-    No O_CREAT: a missing attribute is an error, never a new file.  Tests
-    replace this function to simulate kernel behaviour.
-    """
-    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
-    try:
-        os.write(fd, ("%s\n" % value).encode("ascii"))
-    finally:
-        os.close(fd)
 
 
 def _read_optional(path):

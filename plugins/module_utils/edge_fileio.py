@@ -143,3 +143,28 @@ def atomic_write(path, data, backup=True, mode=None, prune=True):
     if backup_path is not None and prune:
         prune_backups(path)
     return backup_path
+
+
+# --------------------------------------------------------------------------
+# Kernel files (/proc, sysfs, cgroupfs): read and written in place, never atomically
+
+def under(root, path):
+    """``path`` (absolute or relative to /) inside ``root`` (a device twin's or a test's tree)."""
+    return os.path.join(root or "/", path.lstrip("/"))
+
+
+def read_kernel_value(path):
+    """A kernel file's value, without the trailing newline."""
+    with open(path, "r") as handle:
+        return handle.read().strip()
+
+
+def write_kernel_value(path, value):
+    """Write one value the way ``echo value > path`` does: no O_CREAT (a missing attribute is an
+    error, never a new file) and no temporary file (the kernel acts on the write itself). Tests
+    replace the callers' name for it to act like the kernel."""
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, ("%s\n" % value).encode("ascii"))
+    finally:
+        os.close(fd)

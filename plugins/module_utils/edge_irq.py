@@ -25,6 +25,8 @@ from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import (
     format_cpulist, format_cpumask, parse_cpulist, parse_cpumask)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import (
+    read_kernel_value as read_value, under, write_kernel_value as write_value)
 
 # The kind of boot-time state (plugins/module_utils/edge_boot.py) the module saves.
 KIND = "irq_affinity"
@@ -45,15 +47,6 @@ PERCPU_NAMES = re.compile(r"^(arch_timer|arch_mem_timer|arm-pmu|arm_pmu|kvm gues
 MANAGED_NAMES = (re.compile(r"^nvme\d+q[1-9]\d*$"), re.compile(r"^virtio\d+-(req|request)\.\d+$"))
 _ROW = re.compile(r"^\s*(\d+):\s+(.*)$")
 _DESC = re.compile(r"^(?P<chip>\S+)\s+(?P<hwirq>\d+)(?:-|\s+)(?P<trigger>[A-Za-z]+)(?:\s+(?P<name>.*))?$")
-
-
-def under(root, path):
-    return os.path.join(root or "/", path.lstrip("/"))
-
-
-def read_value(path):
-    with open(path, "r") as handle:
-        return handle.read().strip()
 
 
 def parse_interrupts(text):
@@ -205,15 +198,6 @@ def known_refusals(settings):
 
 # --------------------------------------------------------------------------
 # Writing: the module's run and the boot-time re-apply
-
-def write_value(path, value):
-    """``echo value > path``: no O_CREAT, a missing file is an error. Tests replace it."""
-    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
-    try:
-        os.write(fd, ("%s\n" % value).encode("ascii"))
-    finally:
-        os.close(fd)
-
 
 class Plan(object):
     def __init__(self):

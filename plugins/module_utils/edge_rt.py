@@ -18,28 +18,12 @@ import re
 from fractions import Fraction
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import (
+    read_kernel_value as read_value, under, write_kernel_value as write_value)
 
 RUNTIME = "cpu.rt_runtime_us"
 PERIOD = "cpu.rt_period_us"
 _SLICE = re.compile(r"^[A-Za-z0-9:_.\\]+(-[A-Za-z0-9:_.\\]+)*\.slice$")
-
-
-def under(root, path):
-    return os.path.join(root or "/", path.lstrip("/"))
-
-
-def read_value(path):
-    with open(path, "r") as handle:
-        return handle.read().strip()
-
-
-def write_value(path, value):
-    """``echo value > path``; never creates a file. Tests replace it to act like the kernel."""
-    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
-    try:
-        os.write(fd, ("%s\n" % value).encode("ascii"))
-    finally:
-        os.close(fd)
 
 
 # --------------------------------------------------------------------------

@@ -1,8 +1,13 @@
-"""Shared fixtures for the unit tests."""
+"""Shared fixtures and helpers for the unit tests."""
 import http.server
+import io
+import shutil
 import threading
+from pathlib import Path
 
 import pytest
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_plan import boot_part
 
 try:
     from ansible.module_utils import _internal as module_internal
@@ -54,3 +59,21 @@ def local_server():
     yield start
     for server in servers:
         server.close()
+
+
+def run_boot_program(state_dir, root="/"):
+    """edge_boot.apply_dir as edgetune-boot.service runs it: (exit status, stdout lines, stderr lines)."""
+    out, err = io.StringIO(), io.StringIO()
+    status = edge_boot.apply_dir(str(state_dir), str(root), out, err)
+    return status, out.getvalue().splitlines(), err.getvalue().splitlines()
+
+
+def install_boot_program(target):
+    """The boot program's files where role edge_boot installs them (the plan's list, in the
+    collection's package layout under ``target``), and nothing else; returns ``target``."""
+    repo = Path(__file__).resolve().parents[2]
+    for item in boot_part()["program_files"]:
+        dest = Path(target) / item["dest"]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(str(repo / item["src"]), str(dest))
+    return Path(target)

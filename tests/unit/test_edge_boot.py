@@ -5,16 +5,15 @@ test_edge_pcie, test_edge_cgroup_rt, test_edge_jetson_clocks); here the format, 
 the isolation of failures, with stand-in appliers that record what they were given, and the
 program as the unit runs it: installed alone in the collection's package layout, no Ansible.
 """
-import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import types
 from pathlib import Path
 
 import pytest
+from conftest import install_boot_program, run_boot_program as run
 
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
@@ -49,12 +48,6 @@ def save(state_dir, kind, settings):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(edge_boot.document(kind, settings, "test"))
     return path
-
-
-def run(state_dir, root="/"):
-    out, err = io.StringIO(), io.StringIO()
-    status = edge_boot.apply_dir(str(state_dir), root, out, err)
-    return status, out.getvalue().splitlines(), err.getvalue().splitlines()
 
 
 def test_the_state_file_is_one_format_for_every_kind():
@@ -138,15 +131,6 @@ def test_sync_writes_only_a_change_and_check_mode_writes_nothing(tmp_path):
     assert edge_boot.read(str(tmp_path / "none.json"), "rt_budget") == (None, None)
 
 
-def install(target):
-    """The program's files where role edge_boot puts them (the plan's list), and nothing else."""
-    for item in boot_part()["program_files"]:
-        dest = target / item["dest"]
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(str(REPO / item["src"]), str(dest))
-    return target
-
-
 def cgroup_v1_root(root):
     """A cgroup v1 cpu hierarchy with RT group scheduling, the slice's cgroup at its boot value 0."""
     (root / "proc/self").mkdir(parents=True)
@@ -167,7 +151,7 @@ def test_the_unit_runs_the_installed_program_without_ansible(tmp_path, python):
     interpreter = sys.executable if python == "controller" else str(PY38)
     if python == "3.8" and not PY38.exists():
         pytest.skip("no Python 3.8 venv (make venv38)")
-    lib = install(tmp_path / "lib")
+    lib = install_boot_program(tmp_path / "lib")
     state = tmp_path / "boot.d"
     slice_dir = cgroup_v1_root(tmp_path / "root")
     save(state, "rt_budget", {"slice": "ai-infer.slice", "runtime_us": 100000})

@@ -7,7 +7,6 @@ FakeKernel refuses other writes with EINVAL, as the kernel does, so the order
 of the writes is tested, not assumed.
 """
 import errno
-import io
 import json
 import os
 import subprocess
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import edge_cgroup_rt as rt
 import pytest
+from conftest import install_boot_program, run_boot_program as boot
 import yaml
 
 from ansible.module_utils.testing import patch_module_args
@@ -338,13 +338,6 @@ def test_no_cgroup_mount_at_all_is_an_error(tmp_path):
 # --------------------------------------------------------------------------
 # The module and the boot program (edge_boot, kind rt_budget)
 
-def boot(state_dir, root):
-    """edge_boot.apply_dir as the boot unit runs it: (status, stdout lines, stderr lines)."""
-    out, err = io.StringIO(), io.StringIO()
-    status = edge_boot.apply_dir(str(state_dir), str(root), out, err)
-    return status, out.getvalue().splitlines(), err.getvalue().splitlines()
-
-
 def save(state_dir, settings):
     state_dir.mkdir(parents=True, exist_ok=True)
     path = state_dir / "rt-budget.json"
@@ -512,18 +505,12 @@ def _interpreters():
 
 @pytest.mark.parametrize("python", _interpreters())
 def test_boot_program_on_the_device_without_ansible(tmp_path, python):
-    """As the role edge_boot installs it: edge_boot and the utilities it names, in the collection's
-    layout, run by the device's Python (3.8 too) with nothing else on its path."""
+    """As the role edge_boot installs it (the plan's files, in the collection's layout), run by the
+    device's Python (3.8 too) with nothing else on its path."""
     root = make_tree(tmp_path / "boot", DEVICE)
     state_dir = tmp_path / "boot.d"
     save(state_dir, {"slice": "ai-infer.slice", "runtime_us": 800000})
-    install = tmp_path / "usr/local/lib/edgetune"
-    utils = install / "ansible_collections/edgetune/fleet/plugins/module_utils"
-    utils.mkdir(parents=True)
-    for name in edge_boot.FILES:
-        source = REPO / "plugins/module_utils" / (name + ".py")
-        if source.exists():  # the other kinds' utilities are not needed for this one
-            (utils / source.name).write_bytes(source.read_bytes())
+    install = install_boot_program(tmp_path / "usr/local/lib/edgetune/boot")
     command = [python, "-m", edge_boot.PACKAGE + ".edge_boot", "--state-dir", str(state_dir), "--root", str(root)]
     done = subprocess.run(command, cwd=str(install), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, env=dict(os.environ, PYTHONPATH=""), check=False)

@@ -1,6 +1,5 @@
 """edge_dvfs on fake sysfs trees built like the real boards (L4T cpufreq, GPU and EMC devfreq; rk3588-opp.dtsi)."""
 import errno
-import io
 import json
 import os
 import shutil
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import edge_dvfs
 import pytest
+from conftest import run_boot_program as boot
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -641,13 +641,6 @@ def write_settings(state_dir, settings):
     path = state_path(state_dir)
     path.write_text(edge_boot.document("dvfs", settings, "edge_dvfs"))
     return path
-
-
-def boot(state_dir, root):
-    """Run the boot program on the fixture tree: (exit status, stdout lines, stderr lines)."""
-    out, err = io.StringIO(), io.StringIO()
-    status = edge_boot.apply_dir(str(state_dir), str(root), out, err)
-    return status, out.getvalue().splitlines(), err.getvalue().splitlines()
 
 
 def test_state_file_is_written_once_and_shown_in_diff(rk, state_dir, capsys):

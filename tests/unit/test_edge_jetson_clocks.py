@@ -15,6 +15,7 @@ from pathlib import Path
 
 import edge_jetson_clocks as ejc
 import pytest
+from conftest import install_boot_program
 import yaml
 
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot, edge_clocks
@@ -457,17 +458,11 @@ def _interpreters():
 
 @pytest.mark.parametrize("python", _interpreters())
 def test_boot_program_on_the_device_without_ansible(agx, tmp_path, python):
-    """As the role edge_boot installs it: edge_boot and the utilities it names, in the collection's
-    layout, run by the device's Python (3.8 too) with nothing else on its path."""
+    """As the role edge_boot installs it (the plan's files, in the collection's layout), run by the
+    device's Python (3.8 too) with nothing else on its path."""
     store = tmp_path / "var/lib/edgetune/jetson_clocks.conf"
     state_dir = save(tmp_path / "boot.d", {"store_file": str(store), "program": str(JETSON_CLOCKS)})
-    install = tmp_path / "usr/local/lib/edgetune"
-    utils = install / "ansible_collections/edgetune/fleet/plugins/module_utils"
-    utils.mkdir(parents=True)
-    for name in edge_boot.FILES:
-        source = REPO / "plugins/module_utils" / (name + ".py")
-        if source.exists():  # the other kinds' utilities are not needed for this one
-            shutil.copy(str(source), str(utils / source.name))
+    install = install_boot_program(tmp_path / "usr/local/lib/edgetune/boot")
     command = [python, "-m", edge_boot.PACKAGE + ".edge_boot", "--state-dir", str(state_dir)]
     done = subprocess.run(command, cwd=str(install), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, env=dict(os.environ, EDGETUNE_TWIN_ROOT=str(agx), PYTHONPATH=""),

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import edge_pcie_vc
 import pytest
+from conftest import run_boot_program as boot
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -792,13 +793,6 @@ def state_dir(tmp_path, settings):
     path = edge_boot.state_path("pcie_vc", str(directory))
     Path(path).write_text(edge_boot.document("pcie_vc", settings, "edge_pcie_qos"))
     return directory
-
-
-def boot(directory, root):
-    """edgetune-boot.service's run: (exit status, stdout lines, stderr lines)."""
-    out, err = io.StringIO(), io.StringIO()
-    status = edge_boot.apply_dir(str(directory), str(root), out, err)
-    return status, out.getvalue().splitlines(), err.getvalue().splitlines()
 
 
 MAPPED = [
