@@ -104,14 +104,11 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write
 
 # Ansible's own limit for showing a file in a diff (DEFAULT max_diff_size).
 MAX_DIFF_BYTES = 104448
-
-
-class FilesError(Exception):
-    """A file the module cannot plan or write; the message says which and why."""
 
 
 def resolve_id(value, database, kind):
@@ -122,8 +119,8 @@ def resolve_id(value, database, kind):
     try:
         return database(value)[2]
     except KeyError:
-        raise FilesError("edge_files: no %s %r on this device (create it first, or give a numeric id)"
-                         % (kind, value)) from None
+        raise EdgeError("edge_files: no %s %r on this device (create it first, or give a numeric id)"
+                        % (kind, value)) from None
 
 
 def parse_mode(value, what):
@@ -132,7 +129,7 @@ def parse_mode(value, what):
     except ValueError:
         mode = -1
     if not 0 <= mode <= 0o7777:
-        raise FilesError("edge_files: %s %r is not an octal file mode such as 0644" % (what, value))
+        raise EdgeError("edge_files: %s %r is not an octal file mode such as 0644" % (what, value))
     return mode
 
 
@@ -142,7 +139,7 @@ def missing_directories(path):
     directory = os.path.dirname(path)
     while directory and not os.path.isdir(directory):
         if os.path.lexists(directory):
-            raise FilesError("edge_files: cannot install %s: %s exists and is not a directory" % (path, directory))
+            raise EdgeError("edge_files: cannot install %s: %s exists and is not a directory" % (path, directory))
         missing.append(directory)
         parent = os.path.dirname(directory)
         if parent == directory:
@@ -170,9 +167,9 @@ def plan(files, uid, gid):
     for item in files:
         dest = item["dest"]
         if not os.path.isabs(dest):
-            raise FilesError("edge_files: %r is not an absolute path" % dest)
+            raise EdgeError("edge_files: %r is not an absolute path" % dest)
         if dest in seen:
-            raise FilesError("edge_files: %s is given twice" % dest)
+            raise EdgeError("edge_files: %s is given twice" % dest)
         seen.add(dest)
         reasons, current = [], None
         try:
@@ -182,13 +179,13 @@ def plan(files, uid, gid):
         if info is None:
             reasons.append("new")
         elif not stat.S_ISREG(info.st_mode):
-            raise FilesError("edge_files: %s exists and is not a regular file" % dest)
+            raise EdgeError("edge_files: %s exists and is not a regular file" % dest)
         else:
             try:
                 with open(dest, "rb") as handle:
                     current = handle.read()
             except OSError as exc:
-                raise FilesError("edge_files: cannot read %s: %s" % (dest, exc.strerror or exc)) from None
+                raise EdgeError("edge_files: cannot read %s: %s" % (dest, exc.strerror or exc)) from None
             if current != item["data"]:
                 reasons.append("content")
             if stat.S_IMODE(info.st_mode) != item["mode"]:
@@ -215,7 +212,7 @@ def install(planned, uid, gid, directory_mode):
             os.chown(item["dest"], uid, gid)
             os.chmod(item["dest"], item["mode"])  # chown may clear set-id bits
         except OSError as exc:
-            raise FilesError("edge_files: cannot write %s: %s" % (item["dest"], exc.strerror or exc)) from None
+            raise EdgeError("edge_files: cannot write %s: %s" % (item["dest"], exc.strerror or exc)) from None
     return created
 
 
@@ -240,8 +237,8 @@ def run(params, check_mode):
         elif item.get("content") is not None:
             data = item["content"].encode("utf-8")
         else:
-            raise FilesError("edge_files: %s has no content (src is read by the action plugin on the controller)"
-                             % dest)
+            raise EdgeError("edge_files: %s has no content (src is read by the action plugin on the controller)"
+                            % dest)
         files.append(dict(dest=dest, data=data,
                           mode=parse_mode(item.get("mode") or "0644", "mode of %s" % dest)))
     planned = plan(files, uid, gid)
@@ -267,7 +264,7 @@ def main():
     )
     try:
         result = run(module.params, module.check_mode)
-    except FilesError as exc:
+    except EdgeError as exc:
         module.fail_json(msg=str(exc))
     except Exception as exc:  # never a traceback
         module.fail_json(msg="edge_files: unexpected %s: %s" % (type(exc).__name__, exc))

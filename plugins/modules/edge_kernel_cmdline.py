@@ -294,6 +294,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import
     split_cmdline,
     validate_args,
 )
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import (  # noqa: E402
     atomic_write,
     prune_backups,
@@ -308,14 +309,6 @@ LIST_OPTIONS = ("args", "absent", "extra_paths", "update_command", "keep")
 def boot_id_path(cmdline_path):
     """The boot id in the proc tree the command line is read from (/proc, or a fixture's)."""
     return os.path.join(os.path.dirname(cmdline_path), "sys", "kernel", "random", "boot_id")
-
-
-class ModuleFailure(Exception):
-    """An expected failure, with extra result keys for fail_json."""
-
-    def __init__(self, msg, **details):
-        super().__init__(msg)
-        self.details = details
 
 
 def default_update_command(bootloader, find_command):
@@ -401,7 +394,7 @@ def write_plans(changed, backup):
             drop_backups(backups)
             msg = (f"writing {plan.path} failed: {exc}; nothing was changed (files written before it were "
                    "restored, no backup added or removed)")
-        raise ModuleFailure(msg, not_restored=not_restored) from exc
+        raise EdgeError(msg, not_restored=not_restored) from exc
     return backups, written
 
 
@@ -419,7 +412,7 @@ def verify_read_back(plans, backups, bootloader, args, absent, extra_paths, fall
         if (reread.before != planned.after or reread.after != reread.before
                 or reread.persisted != planned.persisted
                 or not args_satisfied(reread.persisted, args, absent)):
-            raise ModuleFailure(
+            raise EdgeError(
                 f"read-back of {planned.path} does not hold the planned kernel arguments "
                 f"(backup: {backups.get(planned.path)})",
                 backup_file=backups.get(planned.path),
@@ -475,7 +468,7 @@ def run_module(params, check_mode=False, want_diff=False, run_command=None,
                 not_restored = _restore(written)
                 if not not_restored:
                     drop_backups(backups)
-                raise ModuleFailure(
+                raise EdgeError(
                     f"{' '.join(update_argv)} failed (rc={rc}); the edited files were "
                     "restored to their previous content" + ("" if not_restored else " (no backup added or removed)"),
                     rc=rc, stdout=stdout, stderr=stderr, not_restored=not_restored,
@@ -544,7 +537,7 @@ def main():
             run_command=module.run_command,
             find_command=module.get_bin_path,
         )
-    except ModuleFailure as exc:
+    except EdgeError as exc:
         module.fail_json(msg=str(exc), **exc.details)
     except (ValueError, TypeError, OSError) as exc:
         module.fail_json(msg=str(exc))

@@ -173,14 +173,11 @@ import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
 
 SETTING_KEYS = ("rate", "high_rate", "default_rate", "high_ceil", "default_ceil", "ports", "cgroup", "high_class",
                 "default_class")
 MANAGED_BY = "edgetune edge_netqos"
-
-
-class NetQosModuleError(Exception):
-    pass
 
 
 def build_config(params):
@@ -199,12 +196,12 @@ def build_config(params):
             name = entry["name"]
             unknown = sorted(set(overrides) - set(SETTING_KEYS))
             if unknown:
-                raise NetQosModuleError("interface %s: unknown keys %s (allowed: name, %s)"
-                                        % (name, ", ".join(unknown), ", ".join(SETTING_KEYS)))
+                raise EdgeError("interface %s: unknown keys %s (allowed: name, %s)"
+                                % (name, ", ".join(unknown), ", ".join(SETTING_KEYS)))
         else:
-            raise NetQosModuleError("interfaces: %r is neither a name nor a mapping with a name" % (entry,))
+            raise EdgeError("interfaces: %r is neither a name nor a mapping with a name" % (entry,))
         if name in interfaces:
-            raise NetQosModuleError("interface %s is listed twice" % name)
+            raise EdgeError("interface %s is listed twice" % name)
         interfaces[name] = overrides
     config["interfaces"] = interfaces
     return config
@@ -222,7 +219,7 @@ def read_previous(path):
     except OSError as exc:
         if exc.errno == 2:
             return "", None
-        raise NetQosModuleError("cannot read %s: %s" % (path, exc.strerror)) from None
+        raise EdgeError("cannot read %s: %s" % (path, exc.strerror)) from None
     try:
         config = json.loads(text)
     except ValueError:
@@ -252,12 +249,12 @@ class Loader(object):
             message = (err.strip().splitlines() or ["exit code %d" % rc])[-1]
             if message.startswith("edgetune-netqos: error: "):
                 message = message[len("edgetune-netqos: error: "):]
-            raise NetQosModuleError(message)
+            raise EdgeError(message)
         if "--json" in argv:
             try:
                 return rc, json.loads(out)
             except ValueError:
-                raise NetQosModuleError("%s printed no JSON: %s" % (" ".join(cmd), out[:200])) from None
+                raise EdgeError("%s printed no JSON: %s" % (" ".join(cmd), out[:200])) from None
         return rc, out
 
     def check(self, config):
@@ -287,7 +284,7 @@ def run_present(module, loader, result):
     params = module.params
     config = build_config(params)
     if not config["interfaces"]:
-        raise NetQosModuleError("no interfaces given (use state=absent to remove the classifier)")
+        raise EdgeError("no interfaces given (use state=absent to remove the classifier)")
     path = params["config_file"]
     before_text, before_config = read_previous(path)
     after_text = config_text(config)
@@ -302,8 +299,8 @@ def run_present(module, loader, result):
             result["detached"] = dropped
             diff_file(module, result, path, before_text, after_text)
             return
-        raise NetQosModuleError("the loader %s, the source %s or %s is missing; install them first (role edge_netqos)"
-                                % (loader.path, loader.source, loader.python))
+        raise EdgeError("the loader %s, the source %s or %s is missing; install them first (role edge_netqos)"
+                        % (loader.path, loader.source, loader.python))
     live = loader.check(config)
     present = loader.present_interfaces()
     if dropped and present is not None:
@@ -327,7 +324,7 @@ def run_present(module, loader, result):
     after = loader.check(config)
     remaining = ["%s: %s" % (name, "; ".join(s["differences"])) for name, s in after.items() if s["differences"]]
     if remaining:
-        raise NetQosModuleError("read-back after apply still differs: %s" % " | ".join(remaining))
+        raise EdgeError("read-back after apply still differs: %s" % " | ".join(remaining))
 
 
 def run_absent(module, loader, result):
@@ -412,8 +409,8 @@ def main():
             run_present(module, loader, result)
         else:
             run_absent(module, loader, result)
-    except NetQosModuleError as exc:
-        module.fail_json(msg=str(exc), **result)
+    except EdgeError as exc:
+        module.fail_json(msg=str(exc), **dict(result, **exc.details))
     except Exception as exc:  # never a traceback: one line saying what went wrong
         module.fail_json(msg="edge_netqos: unexpected %s: %s" % (type(exc).__name__, exc), **result)
     module.exit_json(**result)

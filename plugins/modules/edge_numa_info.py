@@ -107,6 +107,7 @@ import re  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
 
 NODE_DIR = "sys/devices/system/node"
 PCI_DIR = "sys/bus/pci/devices"
@@ -171,16 +172,12 @@ def find_accelerator(root, given):
     return None, None, "no PCI accelerator (classes %s) with a NUMA node" % ", ".join(ACCELERATOR_CLASSES)
 
 
-class NumaError(Exception):
-    pass
-
-
 def inspect(root="/", accelerator="", cpus=""):
-    """What the host's NUMA layout is and where the inference slice belongs. NumaError on bad input."""
+    """What the host's NUMA layout is and where the inference slice belongs. EdgeError on bad input."""
     try:
         wanted = parse_cpulist(cpus)
     except ValueError as exc:
-        raise NumaError("cpus: %s" % exc) from None
+        raise EdgeError("cpus: %s" % exc) from None
     result = _inspect(root, accelerator)
     result["node_cpus"] = []
     result["bind_cpus"] = wanted
@@ -188,10 +185,10 @@ def inspect(root="/", accelerator="", cpus=""):
         try:
             result["node_cpus"] = parse_cpulist(result["nodes"][str(result["node"])])
         except ValueError as exc:
-            raise NumaError("node%s cpulist: %s" % (result["node"], exc)) from None
+            raise EdgeError("node%s cpulist: %s" % (result["node"], exc)) from None
         result["bind_cpus"] = [c for c in wanted if c in result["node_cpus"]]
         if wanted and not result["bind_cpus"]:
-            raise NumaError("none of the inference CPUs %s is on node %s (CPUs %s), the accelerator's node: choose "
+            raise EdgeError("none of the inference CPUs %s is on node %s (CPUs %s), the accelerator's node: choose "
                             "inference CPUs on that node (edge_cpu_isolate) or name another accelerator"
                             % (format_cpulist(wanted), result["node"], format_cpulist(result["node_cpus"])))
     result["bind_cpulist"] = format_cpulist(result["bind_cpus"])
@@ -230,7 +227,7 @@ def main():
     )
     try:
         result = inspect(module.params["root"], module.params["accelerator"], module.params["cpus"])
-    except NumaError as exc:
+    except EdgeError as exc:
         module.fail_json(msg=str(exc))
     except Exception as exc:  # never a traceback
         module.fail_json(msg="edge_numa_info: unexpected %s: %s" % (type(exc).__name__, exc))

@@ -141,6 +141,7 @@ valid_modes:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write, read_text  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_nvpmodel import (  # noqa: E402
     DEFAULT_CONF,
@@ -157,21 +158,15 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_nvpmodel impor
 DECLINE_REBOOT = "NO"
 
 
-class ModuleFailure(Exception):
-    def __init__(self, msg, **details):
-        super().__init__(msg)
-        self.details = details
-
-
 def load_conf(path):
     try:
         text = read_text(path)
     except OSError as exc:
-        raise ModuleFailure(f"cannot read the nvpmodel configuration {path}: {exc.strerror or exc}") from exc
+        raise EdgeError(f"cannot read the nvpmodel configuration {path}: {exc.strerror or exc}") from exc
     try:
         return parse_conf(text)
     except ValueError as exc:
-        raise ModuleFailure(f"{path}: {exc}") from exc
+        raise EdgeError(f"{path}: {exc}") from exc
 
 
 def common_args(params):
@@ -188,11 +183,11 @@ def query(nvpmodel, params, run_command):
     argv = [nvpmodel, "-q", "--verbose"] + common_args(params)
     rc, out, err = run_command(argv)
     if rc != 0:
-        raise ModuleFailure(f"{' '.join(argv)} failed with rc={rc}", rc=rc, stdout=out, stderr=err)
+        raise EdgeError(f"{' '.join(argv)} failed with rc={rc}", rc=rc, stdout=out, stderr=err)
     try:
         return parse_query_output(out + "\n" + err)
     except ValueError as exc:
-        raise ModuleFailure(f"cannot read the current mode: {exc}", stdout=out, stderr=err) from exc
+        raise EdgeError(f"cannot read the current mode: {exc}", stdout=out, stderr=err) from exc
 
 
 def describe_pending(query_result):
@@ -218,14 +213,14 @@ def run_module(params, check_mode, want_diff, run_command, find_command):
     conf = load_conf(params["conf"])
     target = conf.by_name(params["mode"])
     if target is None:
-        raise ModuleFailure(
+        raise EdgeError(
             "unknown nvpmodel mode {!r}: {} defines {}".format(
                 params["mode"], params["conf"], ", ".join(conf.names())),
             valid_modes=conf.names())
 
     nvpmodel = params["nvpmodel_path"] or find_command("nvpmodel", opt_dirs=["/usr/sbin", "/sbin"])
     if not nvpmodel:
-        raise ModuleFailure("nvpmodel was not found on PATH nor in /usr/sbin", valid_modes=conf.names())
+        raise EdgeError("nvpmodel was not found on PATH nor in /usr/sbin", valid_modes=conf.names())
 
     before = query(nvpmodel, params, run_command)
     result = {
@@ -265,11 +260,11 @@ def run_module(params, check_mode, want_diff, run_command, find_command):
         # mode for the next boot ourselves.
         record_pending(params["status_file"], target.id)
     elif rc != 0 or "NVPM ERROR" in output:
-        raise ModuleFailure(f"{' '.join(argv)} failed with rc={rc}", rc=rc, stdout=out, stderr=err)
+        raise EdgeError(f"{' '.join(argv)} failed with rc={rc}", rc=rc, stdout=out, stderr=err)
 
     after = query(nvpmodel, params, run_command)
     if after["id"] != target.id:
-        raise ModuleFailure(
+        raise EdgeError(
             "nvpmodel reports mode {} (ID {}) after selecting {} (ID {})".format(
                 after["name"], after["id"], target.name, target.id),
             nvpmodel_output=result["nvpmodel_output"])
@@ -296,7 +291,7 @@ def main():
             run_command=module.run_command,
             find_command=module.get_bin_path,
         )
-    except ModuleFailure as exc:
+    except EdgeError as exc:
         module.fail_json(msg=str(exc), **exc.details)
     except (ValueError, TypeError, OSError) as exc:
         module.fail_json(msg=f"{type(exc).__name__}: {exc}")

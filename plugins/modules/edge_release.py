@@ -204,14 +204,11 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact impor
     sha256_file,
     unpack,
 )
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import fsync_directory  # noqa: E402
 
 RELEASE_FILE = "release.json"
 MIB = 1024 * 1024
-
-
-class ReleaseError(Exception):
-    """Stops the module with this message; nothing was changed."""
 
 
 # ------------------------------------------------------------------ reading
@@ -220,12 +217,12 @@ def link_target(root, name):
     path = os.path.join(root, name)
     if not os.path.islink(path):
         if os.path.exists(path):
-            raise ReleaseError("%s exists but is not a symlink; move it away (edgetune manages it as a link)" % path)
+            raise EdgeError("%s exists but is not a symlink; move it away (edgetune manages it as a link)" % path)
         return None
     target = os.readlink(path)
     parts = target.rstrip("/").split("/")
     if len(parts) != 2 or parts[0] != "releases" or not NAME_RE.match(parts[1]):
-        raise ReleaseError("%s points to %s, not to releases/<name>; fix or remove it" % (path, target))
+        raise EdgeError("%s points to %s, not to releases/<name>; fix or remove it" % (path, target))
     return parts[1]
 
 
@@ -267,27 +264,27 @@ def free_mb(path):
 
 # ------------------------------------------------------------------ plan
 def check_artifacts(artifacts, device, platform, versions, min_free, root):
-    """Verify everything; returns (manifests by kind, checks, space). Raises ReleaseError."""
+    """Verify everything; returns (manifests by kind, checks, space). Raises EdgeError."""
     checks, manifests, unpacked = [], {}, 0
     kinds = [a["kind"] for a in artifacts]
     if sorted(kinds) != ["engine", "runtime"]:
-        raise ReleaseError("a release is one runtime and one engine artifact; got %s" % (", ".join(kinds) or "none"))
+        raise EdgeError("a release is one runtime and one engine artifact; got %s" % (", ".join(kinds) or "none"))
     for item in artifacts:
         path, kind = item["path"], item["kind"]
         expected = (item.get("sha256") or "").strip().lower()
         if not re.match(r"^[0-9a-f]{64}$", expected):
-            raise ReleaseError("the %s artifact's sha256 %r is not 64 hex digits" % (kind, item.get("sha256")))
+            raise EdgeError("the %s artifact's sha256 %r is not 64 hex digits" % (kind, item.get("sha256")))
         if not os.path.isfile(path):
-            raise ReleaseError("the %s artifact %s does not exist on the device" % (kind, path))
+            raise EdgeError("the %s artifact %s does not exist on the device" % (kind, path))
         actual = sha256_file(path)
         if actual != expected:
-            raise ReleaseError("checksum mismatch for the %s artifact %s: sha256 %s, expected %s; "
-                               "nothing was changed" % (kind, path, actual, expected))
+            raise EdgeError("checksum mismatch for the %s artifact %s: sha256 %s, expected %s; "
+                            "nothing was changed" % (kind, path, actual, expected))
         checks.append("%s: sha256 %s matches" % (os.path.basename(path), actual))
         try:
             manifest, _members, size = inspect_tarball(path, kind)
         except ArtifactError as exc:
-            raise ReleaseError(str(exc)) from None
+            raise EdgeError(str(exc)) from None
         checks.append("%s: manifest %s %s %s, %d file(s) verified" % (
             os.path.basename(path), kind, manifest["name"], manifest["version"], len(manifest["files"])))
         manifests[kind] = manifest
@@ -299,15 +296,15 @@ def check_artifacts(artifacts, device, platform, versions, min_free, root):
         problems += compatibility_problems(manifests[kind], device, platform)
     problems += pairing_problems(manifests["runtime"], manifests["engine"])
     if problems:
-        raise ReleaseError("incompatible release, nothing was changed: " + "; ".join(problems))
+        raise EdgeError("incompatible release, nothing was changed: " + "; ".join(problems))
     where = ("L4T %s" % device["l4t"]["version"]) if device.get("l4t") else "%s %s" % (
         (device.get("bsp") or {}).get("name"), (device.get("bsp") or {}).get("version"))
     checks.append("compatible with %s on %s, Python %s" % (device.get("soc"), where, versions["python"]))
     needed = unpacked / MIB + min_free
     have = free_mb(root)
     if have < needed:
-        raise ReleaseError("not enough space under %s: %.1f MiB free, %.1f MiB needed (release %.1f MiB + "
-                           "min_free_mb %d); nothing was changed" % (root, have, needed, unpacked / MIB, min_free))
+        raise EdgeError("not enough space under %s: %.1f MiB free, %.1f MiB needed (release %.1f MiB + "
+                        "min_free_mb %d); nothing was changed" % (root, have, needed, unpacked / MIB, min_free))
     checks.append("space: %.1f MiB free, %.1f MiB needed" % (have, needed))
     return manifests, checks, {"free_mb": round(have, 1), "needed_mb": round(needed, 1)}
 
@@ -324,9 +321,9 @@ def plan_current(root, name, keep, record, state):
     existing = read_release(root, name) if name in state["releases"] else None
     if name in state["releases"]:
         if existing is None or existing.get("artifacts") != record["artifacts"]:
-            raise ReleaseError("release %s is already installed from other artifacts (%s); releases are "
-                               "immutable: give the new artifacts a new version" % (
-                                   name, json.dumps((existing or {}).get("artifacts"), sort_keys=True)))
+            raise EdgeError("release %s is already installed from other artifacts (%s); releases are "
+                            "immutable: give the new artifacts a new version" % (
+                                name, json.dumps((existing or {}).get("artifacts"), sort_keys=True)))
     install = name not in state["releases"]
     switch = state["current"] != name
     previous = state["current"] if switch else state["previous"]
@@ -354,7 +351,7 @@ def relink(root, name, target):
     os.rename(tmp, path)
     fsync_directory(root)
     if link_target(root, name) != target:
-        raise ReleaseError("read-back: %s does not point to releases/%s after the switch" % (path, target))
+        raise EdgeError("read-back: %s does not point to releases/%s after the switch" % (path, target))
 
 
 def install(root, name, artifacts, record):
@@ -394,9 +391,9 @@ def run(params, check_mode, run_command):
     if params["state"] == "rollback":
         target = params["release"] or before["previous"]
         if not target:
-            raise ReleaseError("no previous release recorded under %s to roll back to" % root)
+            raise EdgeError("no previous release recorded under %s to roll back to" % root)
         if target not in before["releases"]:
-            raise ReleaseError("cannot roll back to %s: it is not installed under %s/releases" % (target, root))
+            raise EdgeError("cannot roll back to %s: it is not installed under %s/releases" % (target, root))
         after = {"current": target, "previous": None, "releases": before["releases"]}
         if before["current"] != target or before["previous"] is not None:
             result["changed"] = True
@@ -416,7 +413,7 @@ def run(params, check_mode, run_command):
     name = params["release"] or "%s+%s-%s" % (manifests["runtime"]["version"], manifests["engine"]["name"],
                                               manifests["engine"]["version"])
     if not NAME_RE.match(name):
-        raise ReleaseError("release name %r: use letters, digits and . _ + - only" % name)
+        raise EdgeError("release name %r: use letters, digits and . _ + - only" % name)
     result.update(release=name, path=os.path.join(root, "releases", name), manifests=manifests, checks=checks,
                   space=space, device_versions=versions)
     record = release_record(name, artifacts, manifests)
@@ -471,8 +468,8 @@ def main():
     try:
         result, before, after = run(params, module.check_mode, module.run_command)
         final = state_of(params["root"]) if not module.check_mode else after
-    except ReleaseError as exc:
-        module.fail_json(msg=str(exc))
+    except EdgeError as exc:
+        module.fail_json(msg=str(exc), **exc.details)
     except (OSError, ArtifactError) as exc:
         module.fail_json(msg="release under %s failed: %s" % (params["root"], exc))
     if not module.check_mode and (final["current"], final["previous"], sorted(final["releases"])) != (

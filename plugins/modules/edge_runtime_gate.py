@@ -214,6 +214,7 @@ import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import parse_cpulist  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_latency import run_load  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_llm import (  # noqa: E402
     LLMError,
@@ -239,17 +240,13 @@ EXIT_MEANING = {
 }
 
 
-class GateError(Exception):
-    pass
-
-
 def unit_state(module, service):
     systemctl = module.get_bin_path("systemctl", required=True)
     props = ["ActiveState", "SubState", "MainPID", "ExecMainStatus", "NRestarts", "Result",
              "InactiveExitTimestampMonotonic", "ActiveEnterTimestampMonotonic"]
     rc, out, err = module.run_command([systemctl, "show"] + ["--property=" + p for p in props] + [service])
     if rc != 0:
-        raise GateError("systemctl show %s failed: %s" % (service, err.strip()))
+        raise EdgeError("systemctl show %s failed: %s" % (service, err.strip()))
     state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     for key in ("MainPID", "ExecMainStatus", "NRestarts", "InactiveExitTimestampMonotonic",
                 "ActiveEnterTimestampMonotonic"):
@@ -286,13 +283,13 @@ def gate_health(module, params, result):
         result["service"] = state
         if state.get("ActiveState") == "failed" or state["NRestarts"] > restarts or (
                 state.get("ActiveState") == "inactive" and time.monotonic() - began > 2.0):
-            raise GateError("health gate: %s" % describe_failure(module, params["service"], state))
+            raise EdgeError("health gate: %s" % describe_failure(module, params["service"], state))
 
     try:
         result["health"] = wait_ready(params["port"], params["health_path"], params["health_timeout"],
                                       check=unit_alive)
     except LLMError as exc:
-        raise GateError("health gate: %s %s; last log: %s" % (
+        raise EdgeError("health gate: %s %s; last log: %s" % (
             params["service"], exc, journal_tail(module, params["service"]) or "(none)")) from None
     state = unit_state(module, params["service"])
     result["service"] = state
@@ -309,13 +306,13 @@ def gate_threads(module, params, result):
     threads = threads_of(pid) if pid else []
     result["threads"] = [dict(t, cpus=fmt(t["cpus"])) for t in threads]
     if not threads:
-        raise GateError("threads gate: %s has no running main process (%s)"
+        raise EdgeError("threads gate: %s has no running main process (%s)"
                         % (params["service"], describe_failure(module, params["service"], state)))
     expect = params["expect"] or {}
     cpus = parse_cpulist(expect["cpus"]) if expect.get("cpus") else None
     problems = thread_mismatches(threads, expect.get("policy") or None, expect.get("priority"), cpus)
     if problems:
-        raise GateError("threads gate: %d of %d threads of %s (pid %d) do not run as intended: %s" % (
+        raise EdgeError("threads gate: %d of %d threads of %s (pid %d) do not run as intended: %s" % (
             len(problems), len(threads), params["service"], pid, "; ".join(problems)))
     if expect.get("policy") == "other" and expect.get("fallback_reason"):
         module.warn("running SCHED_OTHER: %s" % expect["fallback_reason"])
@@ -337,10 +334,10 @@ def gate_latency(module, params, result):
         stats["p50_ms"], stats["p90_ms"], stats["p99_ms"], stats["max_ms"], stats["qps"], stats["count"],
         stats["errors"])
     if stats["errors"]:
-        raise GateError("latency gate: %d of %d requests failed (first: %s); %s" % (
+        raise EdgeError("latency gate: %d of %d requests failed (first: %s); %s" % (
             stats["errors"], stats["errors"] + stats["count"], stats["first_error"], summary))
     if params["p99_ms"] > 0 and stats["p99_ms"] > params["p99_ms"]:
-        raise GateError("latency gate: P99 %s ms is over the limit of %s ms (edge_runtime_p99_ms); %s" % (
+        raise EdgeError("latency gate: P99 %s ms is over the limit of %s ms (edge_runtime_p99_ms); %s" % (
             stats["p99_ms"], params["p99_ms"], summary))
 
 
@@ -350,7 +347,7 @@ def gate_stream(module, params, result):
                                  params["warmup_generations"], timeout=params["request_timeout"],
                                  path=params["stream_path"])
     except LLMError as exc:
-        raise GateError("stream gate: %s" % exc) from None
+        raise EdgeError("stream gate: %s" % exc) from None
     summary.update(ttft_p99_limit_ms=params["ttft_p99_ms"], token_p99_limit_ms=params["token_p99_ms"])
     result["token_latency"] = summary
     text = "TTFT P50 %s ms, P99 %s ms; inter-token P50 %s ms, P99 %s ms; %s tokens/s over %d generations" % (
@@ -358,28 +355,28 @@ def gate_stream(module, params, result):
         summary["inter_token"]["p99_ms"], summary["tokens_per_s"], summary["runs"])
     problems = latency_problems(summary, params["ttft_p99_ms"], params["token_p99_ms"])
     if problems:
-        raise GateError("stream gate: %s; %s" % ("; ".join(problems), text))
+        raise EdgeError("stream gate: %s; %s" % ("; ".join(problems), text))
 
 
 def gate_golden(module, params, result):
     golden = params["golden"] or {}
     if not golden.get("prompt") or not golden.get("tokens"):
-        raise GateError("golden gate: no record to compare with: pass the engine manifest's golden "
+        raise EdgeError("golden gate: no record to compare with: pass the engine manifest's golden "
                         "(prompt and tokens)")
     tokens, count = golden["tokens"], golden.get("max_tokens") or len(golden["tokens"])
     if not isinstance(golden["prompt"], str) or not isinstance(tokens, list) or \
             not all(isinstance(t, str) for t in tokens) or not isinstance(count, int) or count < 1:
-        raise GateError("golden gate: golden must have a string prompt, a list of string tokens and a positive "
+        raise EdgeError("golden gate: golden must have a string prompt, a list of string tokens and a positive "
                         "max_tokens (the engine manifest's golden record), not %s" % json.dumps(golden)[:200])
     try:
         run = stream_completion(params["port"], golden["prompt"], count, timeout=params["request_timeout"],
                                 path=params["stream_path"], require_tokens=False)
     except LLMError as exc:
-        raise GateError("golden gate: %s" % exc) from None
+        raise EdgeError("golden gate: %s" % exc) from None
     result["golden"] = {"prompt": golden["prompt"], "expected": list(golden["tokens"]), "observed": run["tokens"]}
     problems = golden_problems(run["tokens"], golden)
     if problems:
-        raise GateError("golden gate: refusing the engine: %s" % "; ".join(problems))
+        raise EdgeError("golden gate: refusing the engine: %s" % "; ".join(problems))
 
 
 def main():
@@ -431,8 +428,8 @@ def main():
     try:
         for name in params["gates"]:
             gates[name](module, params, result)
-    except GateError as exc:
-        module.fail_json(msg=str(exc), **result)
+    except EdgeError as exc:
+        module.fail_json(msg=str(exc), **dict(result, **exc.details))
     module.exit_json(**result)
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import edge_files
 import pytest
 
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+
 REPO = Path(__file__).resolve().parents[2]
 UID, GID = os.getuid(), os.getgid()
 
@@ -66,28 +68,28 @@ def test_check_mode_reports_the_changes_with_a_diff_and_writes_nothing(tmp_path)
 
 
 def test_bad_paths_are_refused_before_any_write(tmp_path):
-    with pytest.raises(edge_files.FilesError, match="is not an absolute path"):
+    with pytest.raises(EdgeError, match="is not an absolute path"):
         edge_files.plan([item("relative/path", b"")], UID, GID)
     # A path of this test's own (whatever the machine has in /tmp).
     twice = tmp_path / "x"
-    with pytest.raises(edge_files.FilesError, match="%s is given twice" % re.escape(str(twice))):
+    with pytest.raises(EdgeError, match="%s is given twice" % re.escape(str(twice))):
         edge_files.plan([item(twice, b""), item(twice, b"")], UID, GID)
     assert not twice.exists()
 
 
 def test_a_directory_or_a_file_in_the_way_is_refused_cleanly(tmp_path):
     (tmp_path / "dir").mkdir()
-    with pytest.raises(edge_files.FilesError, match="exists and is not a regular file"):
+    with pytest.raises(EdgeError, match="exists and is not a regular file"):
         edge_files.plan([item(tmp_path / "dir", b"")], UID, GID)
     (tmp_path / "plain").write_text("")
-    with pytest.raises(edge_files.FilesError, match="plain exists and is not a directory"):
+    with pytest.raises(EdgeError, match="plain exists and is not a directory"):
         edge_files.missing_directories(str(tmp_path / "plain/child"))
 
 
 def test_unknown_owner_and_bad_mode_are_named():
-    with pytest.raises(edge_files.FilesError, match="no user 'no-such-user-here'"):
+    with pytest.raises(EdgeError, match="no user 'no-such-user-here'"):
         edge_files.resolve_id("no-such-user-here", __import__("pwd").getpwnam, "user")
-    with pytest.raises(edge_files.FilesError, match="mode of /x '0999' is not an octal file mode"):
+    with pytest.raises(EdgeError, match="mode of /x '0999' is not an octal file mode"):
         edge_files.parse_mode("0999", "mode of /x")
 
 

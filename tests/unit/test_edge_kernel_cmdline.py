@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import FALLBACK_LABEL, plan_extlinux
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write, backup_files
 from ansible.module_utils.testing import patch_module_args
 
@@ -311,7 +312,7 @@ class TestUbootMenuRun:
         cmdline = install(tmp_path, "kernel_cmdline", "etc/kernel/cmdline")
         original = cmdline.read_bytes()
         update, log = fake_update(tmp_path, rc=3, extra_shell="echo boom >&2")
-        with pytest.raises(module.ModuleFailure, match=r"rc=3.*restored") as failure:
+        with pytest.raises(EdgeError, match=r"rc=3.*restored") as failure:
             run(tmp_path, bootloader="uboot_menu", args=["quiet"], update_command=update)
         assert failure.value.details["stderr"].strip() == "boom"
         assert cmdline.read_bytes() == original
@@ -328,7 +329,7 @@ class TestUbootMenuRun:
         cmdline = install(tmp_path, "kernel_cmdline", "etc/kernel/cmdline")
         # A misbehaving hook rewrites our file after we wrote it.
         update, _log = fake_update(tmp_path, extra_shell=f'printf "rootwait rw" > "{cmdline}"')
-        with pytest.raises(module.ModuleFailure, match=r"read-back of .*cmdline.*backup: .*\.bak"):
+        with pytest.raises(EdgeError, match=r"read-back of .*cmdline.*backup: .*\.bak"):
             run(tmp_path, bootloader="uboot_menu", args=["quiet"], update_command=update)
 
 
@@ -789,7 +790,7 @@ def test_refused_write_adds_no_backup_and_removes_none(tmp_path, monkeypatch):
     seed_backups(conf)
     before = dir_state(conf.parent)
     refuse_rename_onto(monkeypatch, conf)
-    with pytest.raises(module.ModuleFailure, match=r"Operation not permitted.*nothing was changed.*no backup added"):
+    with pytest.raises(EdgeError, match=r"Operation not permitted.*nothing was changed.*no backup added"):
         run(tmp_path, bootloader="extlinux", args=["isolcpus=4-7"])
     assert dir_state(conf.parent) == before
 
@@ -803,7 +804,7 @@ def test_immutable_boot_file(tmp_path):
         pytest.skip("chattr +i is not possible here (needs root and a file system with the flag)")
     try:
         before = dir_state(conf.parent)
-        with pytest.raises(module.ModuleFailure, match="Operation not permitted"):
+        with pytest.raises(EdgeError, match="Operation not permitted"):
             run(tmp_path, bootloader="extlinux", args=["isolcpus=4-7"])
         assert dir_state(conf.parent) == before
     finally:
@@ -817,7 +818,7 @@ def test_second_file_refused_restores_the_first_and_its_backups(tmp_path, monkey
     seed_backups(slot_b)
     before_a, before_b = dir_state(slot_a.parent), dir_state(slot_b.parent)
     refuse_rename_onto(monkeypatch, slot_b)
-    with pytest.raises(module.ModuleFailure, match="restored, no backup added or removed"):
+    with pytest.raises(EdgeError, match="restored, no backup added or removed"):
         run(tmp_path, bootloader="extlinux", args=["quiet"], extra_paths=[str(slot_b)])
     assert dir_state(slot_b.parent) == before_b
     # slot a was written and put back (a new mtime), its backups are as they were.
@@ -830,7 +831,7 @@ def test_refused_new_dropin_leaves_no_directory(tmp_path, monkeypatch):
     install(tmp_path, "grub_default", "etc/default/grub")
     before = dir_state(tmp_path / "etc/default")
     refuse_rename_onto(monkeypatch, tmp_path / "etc/default/grub.d/99-edgetune.cfg")
-    with pytest.raises(module.ModuleFailure, match="nothing was changed"):
+    with pytest.raises(EdgeError, match="nothing was changed"):
         run(tmp_path, bootloader="grub", args=["quiet"], update_command=["true"])
     assert dir_state(tmp_path / "etc/default") == before
     assert not (tmp_path / "etc/default/grub.d").exists()
@@ -841,7 +842,7 @@ def test_failed_update_command_leaves_the_backups(tmp_path):
     seed_backups(cmdline)
     before = {name: state[0] for name, state in dir_state(cmdline.parent).items()}
     update, _log = fake_update(tmp_path, rc=2)
-    with pytest.raises(module.ModuleFailure, match="no backup added or removed"):
+    with pytest.raises(EdgeError, match="no backup added or removed"):
         run(tmp_path, bootloader="uboot_menu", args=["quiet"], update_command=update)
     assert {name: state[0] for name, state in dir_state(cmdline.parent).items()} == before
 

@@ -5,6 +5,7 @@ import edge_numa_info as numa
 import pytest
 
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 
 
 def node(root, number, cpus):
@@ -87,12 +88,12 @@ def test_missing_accelerator_is_reported(two_nodes):
 
 
 def test_inference_cpus_not_on_the_accelerators_node_fail(two_nodes):
-    with pytest.raises(numa.NumaError, match="none of the inference CPUs 0-3 is on node 1 .CPUs 8-15."):
+    with pytest.raises(EdgeError, match="none of the inference CPUs 0-3 is on node 1 .CPUs 8-15."):
         numa.inspect(str(two_nodes), "", "0-3")
 
 
 def test_bad_cpu_list_fails(two_nodes):
-    with pytest.raises(numa.NumaError, match="cpus: invalid CPU list item"):
+    with pytest.raises(EdgeError, match="cpus: invalid CPU list item"):
         numa.inspect(str(two_nodes), "", "4-x")
 
 

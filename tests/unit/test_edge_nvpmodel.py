@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_nvpmodel import (
     parse_conf,
     parse_query_output,
@@ -533,7 +534,7 @@ def test_module_check_mode_writes_nothing_and_predicts(nvp, tree):
 def test_module_unknown_name_lists_valid_names_and_runs_nothing(nvp, tree):
     make_tree(tree, "agx_r35")
     params = module_params(tree, "MAXN_SUPER", conf=str(tree / "etc/nvpmodel.conf"))
-    with pytest.raises(nvp.ModuleFailure) as failure:
+    with pytest.raises(EdgeError) as failure:
         nvp.run_module(params, check_mode=False, want_diff=False,
                        run_command=never_run, find_command=lambda *a, **k: None)
     assert "MAXN, MODE_15W, MODE_30W, MODE_50W" in str(failure.value)
@@ -603,7 +604,7 @@ def fake_runner(script):
 def test_module_failures_are_reported_not_raised(nvp, tree, replies, message):
     make_tree(tree, "agx_r35")
     params = module_params(tree, "MODE_50W", conf=str(tree / "etc/nvpmodel.conf"))
-    with pytest.raises(nvp.ModuleFailure, match=message):
+    with pytest.raises(EdgeError, match=message):
         nvp.run_module(params, check_mode=False, want_diff=False,
                        run_command=fake_runner(replies), find_command=lambda *a, **k: None)
 
@@ -613,10 +614,10 @@ def test_module_bad_conf_fails_cleanly(nvp, tree):
     make_tree(tree, "agx_r35")
     (tree / "etc/nvpmodel.conf").write_text("< POWER_MODEL ID=0 NAME=X >\n")
     params = module_params(tree, "X", conf=str(tree / "etc/nvpmodel.conf"))
-    with pytest.raises(nvp.ModuleFailure, match="PM_CONFIG"):
+    with pytest.raises(EdgeError, match="PM_CONFIG"):
         nvp.run_module(params, False, False, never_run, lambda *a, **k: None)
     params["conf"] = str(tree / "etc/missing.conf")
-    with pytest.raises(nvp.ModuleFailure, match="cannot read"):
+    with pytest.raises(EdgeError, match="cannot read"):
         nvp.run_module(params, False, False, never_run, lambda *a, **k: None)
 
 
@@ -635,6 +636,7 @@ def test_main_fails_with_json_not_a_traceback(nvp, tree, capsys):
                             "nvpmodel_path": str(SIM)}, capsys)
     assert result["failed"] is True
     assert "unknown nvpmodel mode 'NOPE'" in result["msg"]
+    assert result["valid_modes"] == ["MAXN", "MODE_15W", "MODE_30W", "MODE_50W"]  # EdgeError's details
 
 
 @pytest.mark.controller

@@ -14,6 +14,7 @@ import edge_release
 import pytest
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact import sha256_file
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 from ansible.module_utils.testing import patch_module_args
 from edgetune import artifacts
 
@@ -224,6 +225,11 @@ def test_foreign_current_is_not_overwritten(tmp_path, capsys, built):
     (root / "current").mkdir()
     result = run(capsys, root=str(root), artifacts=built["1.0.0"])
     assert result["failed"] and "exists but is not a symlink" in result["msg"]
+    with pytest.raises(EdgeError) as caught:
+        edge_release.link_target(str(root), "current")
+    assert caught.value.errors == ["%s exists but is not a symlink; move it away (edgetune manages it as a link)"
+                                   % (root / "current")]
+    assert caught.value.details == {} and str(caught.value) == caught.value.errors[0]
 
 
 def test_interrupted_unpack_leaves_nothing(tmp_path, capsys, built, monkeypatch):

@@ -28,6 +28,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import (
     thread_mismatches,
     threads_of,
 )
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 from ansible.module_utils.testing import patch_module_args
 
 
@@ -190,6 +191,17 @@ def test_health_gate_times_out_on_a_runtime_that_never_gets_ready(capsys, monkey
     port, _server = http_server(status=503)
     result = run_gate(capsys, monkeypatch, ACTIVE, gates=["health"], port=port, health_timeout=1)
     assert result["failed"] and "not ready within 1 s" in result["msg"] and "HTTP 503 loading" in result["msg"]
+
+
+def test_a_gate_refuses_with_an_edge_error(capsys, monkeypatch):
+    with pytest.raises(EdgeError) as caught:
+        edge_runtime_gate.gate_golden(None, {"golden": {}}, {})
+    assert caught.value.errors == ["golden gate: no record to compare with: pass the engine manifest's golden "
+                                   "(prompt and tokens)"]
+    assert caught.value.details == {}
+    result = run_gate(capsys, monkeypatch, ACTIVE, gates=["golden"])
+    assert result["failed"] and result["msg"] == caught.value.errors[0] and result["changed"] is False
+    assert set(result) - {"invocation"} == {"changed", "failed", "msg"}
 
 
 def test_threads_gate_reads_the_real_threads(capsys, monkeypatch):
