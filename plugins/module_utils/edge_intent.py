@@ -33,7 +33,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import
 # Variables of the playbooks themselves (not of a role), in the argument spec form.
 PLAYBOOK_OPTIONS = {
     "edge_mode": {"type": "str", "default": "apply", "choices": ["apply", "audit"],
-                  "description": "apply, or audit (playbooks/audit_roles.yml renders the desired state only)"},
+                  "description": "apply, or audit (the preflight of playbooks/audit.yml: no artifacts are checked)"},
     "edge_reboot_policy": {"type": "str", "default": "auto", "choices": ["auto", "never"]},
     "edge_reboot_serial": {"type": "raw", "default": "100%"},
     "edge_reboot_max_fail_percentage": {"type": "int", "default": 0},

@@ -51,9 +51,19 @@ def test_alias_inventory_cycles_over_the_twins_with_their_variables(tmp_path):
     assert sorted(p.name for p in (path / "host_vars").iterdir()) == ["t1-as-00.yml", "t1-as-02.yml"]
 
 
-def test_table_reports_the_ratios_and_the_agreement():
+def test_table_holds_each_size_to_its_goal():
     rows = [{"size": 1, "playbook": "audit", "wall": 2.0, "cpu_per_device": 1.0, "executions": 2, "audited": 1},
-            {"size": 1, "playbook": "audit_roles", "wall": 20.0, "cpu_per_device": 9.0, "executions": 12,
-             "audited": 1}]
-    text = bench_audit.table(rows, {1: True})
-    assert "1 device(s): same findings yes; old/new wall 10.0x, CPU 9.0x, executions 12 -> 2" in text
+            {"size": 3, "playbook": "audit", "wall": 9.0, "cpu_per_device": 1.2, "executions": 2, "audited": 3},
+            {"size": 30, "playbook": "audit", "wall": 31.5, "cpu_per_device": 0.9, "executions": 2, "audited": 30}]
+    lines = bench_audit.table(rows, {1: True, 3: True, 30: False}).splitlines()
+    assert lines[1].split() == ["1", "2", "1.00", "2.0", "1", "yes", "<=", "2", "executions,", "<=", "3", "s:",
+                                "met"]
+    assert lines[2].endswith("<= 2 executions: met")
+    assert lines[3].endswith("<= 2 executions, <= 30 s: NOT met") and " NO " in lines[3]
+
+
+def test_every_alias_must_find_what_its_twin_finds():
+    same = {"t1-as-00": {"IRQ affinity": "ok"}, "t2-as-01": {"IRQ affinity": "drifted"},
+            "t1-as-02": {"IRQ affinity": "ok"}}
+    assert bench_audit.same_as_the_twins(same, ["t1", "t2"])
+    assert not bench_audit.same_as_the_twins(dict(same, **{"t1-as-02": {"IRQ affinity": "error"}}), ["t1", "t2"])
