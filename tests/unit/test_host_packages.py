@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from edgetune import cli, host_packages
+from edgetune import cli, host_packages, kernel_headers
 from edgetune.errors import UsageError
 from edgetune.twin import manager
 from edgetune.vm import image
@@ -124,6 +124,13 @@ def fresh_machine(tmp_path, monkeypatch):
     monkeypatch.setattr(host_packages, "LOCK_FILE", str(state / "edgetune-apt.lock"))
     monkeypatch.setattr(manager, "DOCKERD_LOG", str(state / "dockerd.log"))
     monkeypatch.setattr(manager, "apt_mirror", lambda distro_hint="debian": "http://apt-mirror.test/debian")
+    # No headers for the running kernel; the files the headers package would unpack.
+    monkeypatch.setattr(kernel_headers, "MODULES_DIR", state / "modules")
+    monkeypatch.setattr(kernel_headers, "SOURCES_DIR", state / "src")
+    monkeypatch.setattr(kernel_headers.platform, "machine", lambda: "x86_64")
+    for unpacked in ("linux-headers-6.1.0-9-amd64", "linux-headers-6.1.0-10-amd64",
+                     "linux-headers-6.1.0-10-common"):
+        (state / "src" / unpacked).mkdir(parents=True)
     return state
 
 
@@ -145,9 +152,17 @@ def test_image_build_installs_once_serially_before_its_parallel_builders(fresh_m
     said = []
     tags = manager.ensure_images(["bullseye", "bookworm", "bookworm"], said.append)
     assert tags == ["edgetune/twin:bookworm", "edgetune/twin:bullseye"]
-    # One apt run for everything the build needs, on a machine that had neither Docker nor debootstrap.
-    assert apt_runs(fresh_machine) == [("update", []), ("install", ["debootstrap", "docker.io"])]
-    assert said[0] == "installing Debian's debootstrap docker.io"
+    # One apt run for everything the build and the twins need, on a machine that had neither Docker,
+    # debootstrap nor the running kernel's headers (which bcc in the twins compiles against).
+    assert apt_runs(fresh_machine) == [("update", []), ("install", ["debootstrap", "docker.io", "linux-headers-amd64"])]
+    assert said[0] == "installing Debian's debootstrap docker.io linux-headers-amd64"
+    modules = kernel_headers.modules_dir()
+    assert os.readlink(str(modules / "build")) == str(fresh_machine / "src/linux-headers-6.1.0-10-amd64")
+    assert os.readlink(str(modules / "source")) == str(fresh_machine / "src/linux-headers-6.1.0-10-common")
+    assert manager.kernel_header_mounts() == [
+        "-v", "%s:%s:ro" % (modules, modules),
+        "-v", "%s/src/linux-headers-6.1.0-10-amd64:%s/src/linux-headers-6.1.0-10-amd64:ro" % ((fresh_machine,) * 2),
+        "-v", "%s/src/linux-headers-6.1.0-10-common:%s/src/linux-headers-6.1.0-10-common:ro" % ((fresh_machine,) * 2)]
     runs = records(fresh_machine / "apt.jsonl")
     assert_serial(runs)
     builders = records(fresh_machine / "builders.jsonl")
@@ -218,7 +233,7 @@ def test_a_failing_apt_is_one_line_with_apts_own_words(fresh_machine, monkeypatc
     monkeypatch.setenv("FAKE_APT_UPDATE_FAILS", "1")
     assert cli.main(["twin", "images"]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err == ["edgetune: installing Debian's debootstrap docker.io",
+    assert err == ["edgetune: installing Debian's debootstrap docker.io linux-headers-amd64",
                    "edgetune: error: apt-get update failed (exit 100): W: Some index files failed to download. | "
                    "E: Failed to fetch http://apt-mirror.test/debian/dists/bookworm/InRelease  Temporary failure "
                    "resolving 'apt-mirror.test'"]

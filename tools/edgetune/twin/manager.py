@@ -1,11 +1,12 @@
 """Build twin images and run twin containers with the local Docker engine.
 
 Images are built here, never pulled: a debootstrap root (mirror read from the
-machine's own apt sources) imported as ``edgetune/base:<distro>``, then the
+machine's own apt sources) imported as ``edgetune/base:<distro>-<packages digest>``, then the
 guest layer (``Dockerfile`` beside this file) as ``edgetune/twin:<distro>``.
 """
 import concurrent.futures
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -15,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from edgetune import host_packages
+from edgetune import host_packages, kernel_headers
 from edgetune.twin import inotify
 
 HERE = Path(__file__).resolve().parent
@@ -51,8 +52,11 @@ RUN_OPTIONS = [
     # Twins need no network: Ansible reaches them through `docker exec`.
     "--network", "none",
 ]
+# With bcc and pyroute2, as edge_netqos installs them on a board: the twins run
+# the inference traffic classifier on their own eth0 (bcc compiles it against the
+# host's kernel headers, mounted read-only: see kernel_header_mounts()).
 BASE_PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "python3-apt", "iproute2",
-                 "procps", "kmod", "e2fsprogs", "util-linux", "stress-ng"]
+                 "procps", "kmod", "e2fsprogs", "util-linux", "stress-ng", "python3-bpfcc", "python3-pyroute2"]
 BOOT_TIMEOUT = 90
 # Host packages, as host_packages.require() takes them: {package: commands it provides}.
 DOCKER_PACKAGES = {"docker.io": ["docker", "dockerd"]}
@@ -171,9 +175,16 @@ def image_exists(tag):
     return run(["docker", "image", "inspect", tag]).returncode == 0
 
 
+def base_tag(distro):
+    """The base image's tag, named by its package list: an image built before the list
+    changed is not reused (one built with other packages would be)."""
+    digest = hashlib.sha256(json.dumps(BASE_PACKAGES).encode()).hexdigest()[:12]
+    return "edgetune/base:%s-%s" % (distro, digest)
+
+
 def build_base(distro, say=print):
     """The distribution's base image; ensure_images() installed debootstrap before the builders started."""
-    return debootstrap_image(distro, "edgetune/base:%s" % distro, BASE_PACKAGES, say)
+    return debootstrap_image(distro, base_tag(distro), BASE_PACKAGES, say)
 
 
 def debootstrap_image(distro, tag, packages, say=print, note="about a minute"):
@@ -217,12 +228,35 @@ def ensure_images(distros, say=print):
     distros = sorted(set(distros))
     if not engine_answers() and host_packages.is_debian_root() and host_packages.missing(DOCKER_PACKAGES):
         # A machine without Docker has no image yet: debootstrap comes in the same apt run.
-        host_packages.require(dict(DOCKER_PACKAGES, **IMAGE_BUILD_PACKAGES), say)
+        # So do the kernel headers the twins' classifier compiles against (kernel_headers.ensure()).
+        headers = {} if kernel_headers.present() else kernel_headers.package()
+        host_packages.require(dict(DOCKER_PACKAGES, **IMAGE_BUILD_PACKAGES, **headers), say)
     ensure_engine(say)
-    if not all(image_exists("edgetune/base:%s" % distro) for distro in distros):
+    if not all(image_exists(base_tag(distro)) for distro in distros):
         host_packages.require(IMAGE_BUILD_PACKAGES, say)
+    if kernel_headers.present() or host_packages.is_debian_root():
+        kernel_headers.ensure(say)
+    else:
+        say("no kernel headers at %s/build: the twins cannot compile edge_netqos's classifier (it reports "
+            "unsupported there); install the running kernel's headers there" % kernel_headers.modules_dir())
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         return list(pool.map(lambda d: build_twin_image(d, say), distros))
+
+
+# ---------------------------------------------------------------- kernel headers
+def kernel_header_mounts():
+    """docker run options that show the host kernel's headers read-only in a twin, at the same
+    paths: /lib/modules/RELEASE and the real directories its build and source links lead to.
+    The twins share the host's kernel: bcc in a twin compiles edge_netqos's classifier against
+    them, found where it looks on a board. [] when the host has none (kernel_headers.ensure())."""
+    modules = kernel_headers.modules_dir()
+    if not kernel_headers.present():
+        return []
+    targets = {(modules / link).resolve() for link in ("build", "source") if (modules / link).is_dir()}
+    mounts = []
+    for path in [modules] + sorted(targets - {modules}):
+        mounts += ["-v", "%s:%s:ro" % (path, path)]
+    return mounts
 
 
 # ---------------------------------------------------------------- twins
@@ -266,7 +300,7 @@ def create(name, board_name, say=print, fleet=False, inventory_dir=None):
         result = run(["docker", "create" if captured else "run", *([] if captured else ["-d"]),
                       "--name", name, "--hostname", name, *labels,
                       "-e", "EDGETUNE_TWIN_BOARD=" + spec["name"],
-                      *RUN_OPTIONS, "edgetune/twin:%s" % spec["distro"]])
+                      *RUN_OPTIONS, *kernel_header_mounts(), "edgetune/twin:%s" % spec["distro"]])
         if result.returncode != 0:
             raise TwinError("cannot start twin %s: %s" % (name, result.stderr.strip()))
         if captured:
