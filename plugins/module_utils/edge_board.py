@@ -164,6 +164,20 @@ def cgroup_mode(root="/"):
     return "legacy"
 
 
+def systemd_device_units(root="/"):
+    """Whether systemd can manage device units (sys-subsystem-net-devices-eth0.device): not
+    where /sys is mounted read-only, as in a container (systemd's device_supported(),
+    src/core/device.c), where a unit bound to one fails at once ("Dependency failed").
+    True when the mount table does not say (a board)."""
+    read_only = False
+    for line in (read(root, "/proc/self/mountinfo") or "").splitlines():
+        left, _sep, right = line.partition(" - ")
+        fields, after = left.split(), right.split()
+        if len(fields) >= 6 and fields[4] == "/sys":  # the last mount on /sys is the one seen
+            read_only = "ro" in fields[5].split(",") or (len(after) >= 3 and "ro" in after[2].split(","))
+    return not read_only
+
+
 def kernel_config(root="/", release=None):
     """The running kernel's config items, from /proc/config.gz or /boot."""
     raw = read(root, "/proc/config.gz", binary=True)

@@ -509,17 +509,41 @@ def cgroup_id(path):
     return os.stat(path).st_ino
 
 
+def systemd_cgroup_root(proc_cgroup="/proc/1/cgroup"):
+    """The v2 cgroup systemd (PID 1) runs its tree in, relative to the v2 root: "" on a
+    device, "docker/<id>" in a container that shares the host's cgroup tree, where
+    ai.slice/ai-infer.slice is docker/<id>/ai.slice/ai-infer.slice."""
+    try:
+        with open(proc_cgroup) as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        if line.startswith("0::"):
+            path = line[3:].strip("/")
+            head, _sep, tail = path.rpartition("/")
+            return head if tail == "init.scope" else ""
+    return ""
+
+
 def resolve_cgroup(relpath, classid):
-    """{"path", "dir", "id", "level", "classid"} for a cgroup v2 path relative to the v2 root."""
+    """{"path", "dir", "id", "level", "classid"} for a cgroup v2 path relative to the v2 root,
+    else (systemd's slices, where systemd runs below the root) relative to systemd's cgroup."""
     mount = cgroup2_mount()
     if mount is None:
         raise NetQosError("no cgroup v2 hierarchy is mounted; matching cgroup %s needs one "
                           "(unified, or hybrid with /sys/fs/cgroup/unified)" % relpath)
+    found = relpath
     directory = os.path.join(mount, relpath)
+    below_systemd = systemd_cgroup_root()
+    if not os.path.isdir(directory) and below_systemd:
+        found = "%s/%s" % (below_systemd, relpath)
+        directory = os.path.join(mount, found)
     if not os.path.isdir(directory):
         raise NetQosError("cgroup v2 %s not found (%s); start it first (e.g. systemctl start %s) "
                           "or fix the cgroup setting" % (relpath, directory, relpath.split("/")[-1]))
-    return {"path": relpath, "dir": directory, "id": cgroup_id(directory), "level": len(relpath.split("/")),
+    # bpf_skb_ancestor_cgroup_id() counts levels from the root of the whole hierarchy.
+    return {"path": relpath, "dir": directory, "id": cgroup_id(directory), "level": len(found.split("/")),
             "classid": classid}
 
 

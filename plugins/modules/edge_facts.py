@@ -150,6 +150,13 @@ ansible_facts:
           returned: always
           type: int
           sample: 249
+        device_units:
+          description:
+            - Whether systemd manages device units here (false where C(/sys) is mounted read-only, as in
+              a container), so that a unit can be bound to a network interface's device unit.
+          returned: always
+          type: bool
+          sample: true
         cmdline:
           description: The running kernel's command line (C(/proc/cmdline)).
           returned: always
@@ -219,7 +226,8 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact impor
     detect_architecture, detect_glibc, detect_rknn, detect_tensorrt)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_board import (
     bsp_release, cgroup_mode, cpu_topology, detect_bootloader, device_tree, devfreq_nodes,
-    kernel_config, kernel_features, l4t_release, memory_kb, read, rt_throttle, soc_family, systemd_version)
+    kernel_config, kernel_features, l4t_release, memory_kb, read, rt_throttle, soc_family, systemd_device_units,
+    systemd_version)
 
 
 def python_link(executable):
@@ -251,6 +259,7 @@ def gather(root, run_command, which):
                        "looked_for": None if loader else loader_path},
         "cgroup": cgroup_mode(root),
         "systemd": systemd_version(run_command),
+        "device_units": systemd_device_units(root),
         "cmdline": (read(root, "/proc/cmdline", "") or "").strip(),
         "kernel": {"release": release, "config_source": config_source,
                    "features": kernel_features(config)},

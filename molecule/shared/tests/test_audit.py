@@ -132,6 +132,13 @@ def drift_every_kind(host, expected, found):
         device = next(label.split()[0] for label in found[pcie]["running"] if label.endswith("(device)"))
         drift("PCIe mapping", pcie, "edge_pcie_qos : Map the traffic classes on each link, upstream port first",
               "python3 -c '%s'" % (MOVE_TC1_BACK_TO_VC0 % device), detail="%s (device)" % device)
+    classifier = found.get("network priority")
+    if classifier and classifier["state"] != "unsupported":
+        # The inference class throttled by hand with tc, as a person trying things at the device would.
+        drift("network classifier", "network priority",
+              "edge_netqos : Set the classifier and the HTB classes on the interfaces",
+              "tc class change dev eth0 parent 1:1 classid 1:10 htb rate 1mbit ceil 1mbit prio 0",
+              detail="eth0: class 1:10 rate is 1mbit")
     return drifts
 
 

@@ -1,9 +1,13 @@
 """Inference traffic priority (edge_netqos) on the twins.
 
-The twins have no network (only lo) and no bcc: by default (no
-edge_netqos_interfaces) the role must do nothing, and where it is asked to
-run it must report "unsupported" and leave the device as it was, not fail the
-host. What the classifier does on a kernel is proven in network namespaces by
+Each container twin has an Ethernet port, eth0, wired to one peer (a veth pair
+in the twin's own network namespace, made at its power-on), bcc and pyroute2;
+bcc compiles the classifier against the host kernel's headers, which the twin
+sees read-only. The twins' inventory asks for the classifier on eth0: it must
+be attached, classify the runtime's traffic into the high class (read from the
+HTB class counters) and come back after a reboot (test_twin_converged.py). A
+host that cannot run it must be reported "unsupported" and left as it was.
+What the classifier does in every case is proven in network namespaces by
 tests/integration/test_netqos.py.
 """
 import json
@@ -11,7 +15,7 @@ import re
 import subprocess
 
 import pytest
-from conftest import inventory_file, recap, run_site
+from conftest import inventory_file, reboot_twin, recap, run_site
 
 FILES = ["/etc/edgetune/netqos.json", "/etc/systemd/system/edgetune-netqos@.service",
          "/usr/local/sbin/edgetune-netqos", "/usr/local/share/edgetune/bpf/edge_classifier.c"]
@@ -43,8 +47,7 @@ def test_default_leaves_the_network_alone(host):
 
 @pytest.mark.device
 def test_classifier_is_attached_where_the_inventory_asks(host):
-    """The HTB root and the eBPF classifier on clsact egress of each interface asked for (the VM twin,
-    real devices; the container twins are asked for none)."""
+    """The HTB root and the eBPF classifier on clsact egress of each interface asked for."""
     wanted = interfaces(host)
     if not wanted:
         pytest.skip("edge_netqos_interfaces is empty for this device")
@@ -56,26 +59,93 @@ def test_classifier_is_attached_where_the_inventory_asks(host):
         assert "bpf" in filters and "direct-action" in filters, filters
 
 
-def test_asked_on_a_twin_it_reports_unsupported_and_changes_nothing(host):
+def class_packets(host, interface):
+    """HTB class id -> packets sent through it (tc -s class show)."""
+    shown = host.check_output("tc -s class show dev %s" % interface)
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^class htb (\S+) .*?\n\s*Sent \d+ bytes (\d+) pkt",
+                                                               shown, re.M | re.S)}
+
+
+def send_udp(host, port, count):
+    host.run_expect([0], "python3 -c 'import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                         "[s.sendto(b\"x\" * 64, (\"%s\", %d)) for _ in range(%d)]'" % (TWIN_PEER, port, count))
+
+
+# The twin's LAN peer (its power-on wires eth0 to it, with a permanent neighbour entry):
+# what is sent there leaves through eth0's qdiscs and goes nowhere else.
+TWIN_PEER = "192.0.2.1"
+
+
+@pytest.mark.device
+def test_the_runtimes_traffic_is_counted_in_the_high_class_and_the_rest_in_the_default(host):
+    wired = "PERMANENT" in host.run("ip neighbour show %s dev eth0" % TWIN_PEER).stdout
+    if "eth0" not in interfaces(host) or not wired:
+        pytest.skip("no twin peer wired to eth0 here: traffic is only sent to the twin's own peer")
+    config = json.loads(host.file("/etc/edgetune/netqos.json").content_string)
+    port = config["ports"][0]
+    before = class_packets(host, "eth0")
+    send_udp(host, port, 20)
+    send_udp(host, port + 1, 30)
+    after = class_packets(host, "eth0")
+    sent = {classid: after[classid] - before.get(classid, 0) for classid in after}
+    assert sent["1:10"] >= 20 and sent["1:20"] >= 30, (before, after)
+    assert sent["1:10"] < 30, (before, after)  # the other port's packets did not go there
+    if config.get("cgroup"):
+        # Any port, from a process of the inference slice (the runtime's sockets): the high class.
+        slice_name = config["cgroup"].split("/")[-1]
+        before = class_packets(host, "eth0")
+        host.run_expect([0], "systemd-run --wait --quiet -p Slice=%s python3 -c 'import socket; "
+                             "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                             "[s.sendto(b\"x\", (\"%s\", %d)) for _ in range(7)]'" % (slice_name, TWIN_PEER, port + 1))
+        after = class_packets(host, "eth0")
+        assert after["1:10"] - before["1:10"] >= 7 and after["1:20"] - before["1:20"] < 7, (before, after)
+
+
+@pytest.mark.device
+def test_the_classifier_is_back_after_a_reboot(host):
+    """The qdiscs and the program do not survive a reboot: edgetune-netqos@ puts them back, without Ansible."""
+    wanted = interfaces(host)
+    if not wanted:
+        pytest.skip("edge_netqos_interfaces is empty for this device")
+    if not host.file("/run/edgetune-twin/boot.json").exists:
+        pytest.skip("only a twin is rebooted by the tests")
+    reboot_twin(host)
+    for name in wanted:
+        assert host.service("edgetune-netqos@%s.service" % name).is_running
+        assert re.search(r"^qdisc htb 1: root", host.check_output("tc qdisc show dev %s" % name), re.M)
+        filters = host.check_output("tc filter show dev %s egress" % name)
+        assert "edgetune-netqos:" in filters and "direct-action" in filters, filters
+    check = host.run("/usr/local/sbin/edgetune-netqos check --config /etc/edgetune/netqos.json")
+    assert check.rc == 0, check.stdout + check.stderr
+
+
+def test_where_bcc_does_not_import_it_reports_unsupported_and_changes_nothing(host):
+    """A Python without bcc and pyroute2 (no site packages) and installation off: reported, not failed."""
     before = qdiscs(host)
+    without_bcc = "/usr/local/bin/python3-without-bcc"
+    host.run_expect([0], "printf '#!/bin/sh\\nexec /usr/bin/python3 -S \"$@\"\\n' > %s && chmod 755 %s"
+                    % (without_bcc, without_bcc))
     intent = {"edge_netqos_interfaces": [{"name": "lo", "rate": "100mbit"}], "edge_netqos_ports": [8000],
-              "edge_netqos_install_packages": False}
-    result = run_site(host, "--tags", "edge_facts,edge_netqos", "-e", json.dumps(intent))
+              "edge_netqos_install_packages": False, "edge_netqos_python": without_bcc}
     # The one change is the audit's record of this intent (one unsupported check, with the reason);
-    # removed again, so that the scenario's own intent (no interfaces) is what the rest sees.
+    # the scenario's own record is put back, so that its intent is what the rest sees.
     record = "/etc/edgetune/applied/edge_netqos.json"
+    host.run_expect([0], "if [ -e {0} ]; then cp -p {0} {0}.saved; fi".format(record))
     try:
+        result = run_site(host, "--tags", "edge_facts,edge_netqos", "-e", json.dumps(intent))
         stats = recap(result.stdout, host.backend.host)
         assert stats["failed"] == 0 and stats["changed"] <= 1, result.stdout[-3000:]
         if stats["changed"]:
             checks = json.loads(host.file(record).content_string)["checks"]
-            assert [(c["kind"], c["reason"][:38]) for c in checks] == [
-                ("unsupported", "/usr/bin/python3 cannot import bcc and")], checks
+            assert [c["kind"] for c in checks] == ["unsupported"], checks
+            assert checks[0]["reason"].startswith("%s cannot import bcc and pyroute2" % without_bcc), checks
     finally:
-        host.run("rm -f %s" % record)
-    assert "edge_netqos unsupported: /usr/bin/python3 cannot import bcc and pyroute2 (package installation is off); " \
-           "install python3-bpfcc python3-pyroute2 iproute2 on the device" in " ".join(result.stdout.split()), \
-        result.stdout[-3000:]
+        host.run("if [ -e {0}.saved ]; then mv {0}.saved {0}; else rm -f {0}; fi".format(record))
+        host.run("rm -f %s" % without_bcc)
+    assert ("edge_netqos unsupported: %s cannot import bcc and pyroute2 (package installation is off); "
+            "install python3-bpfcc python3-pyroute2 iproute2 on the device" % without_bcc) \
+        in " ".join(result.stdout.split()), result.stdout[-3000:]
     assert qdiscs(host) == before
-    for path in FILES:
-        assert not host.file(path).exists, path
+    if not interfaces(host):
+        for path in FILES:
+            assert not host.file(path).exists, path
