@@ -167,6 +167,35 @@ def test_cgroup2_mount_found_in_mountinfo(tmp_path, text, expected):
     path.write_text(text)
     assert bpf.cgroup2_mount(str(path)) == expected
 
+
+@pytest.mark.parametrize("text, expected", [
+    ("0::/init.scope\n", ""),                                             # a device: systemd at the root
+    ("12:cpu,cpuacct:/\n1:name=systemd:/init.scope\n0::/init.scope", ""),  # hybrid, no newline at the end
+    ("0::/docker/4f2a/init.scope\n", "docker/4f2a"),                      # a container on the host's cgroup tree
+    ("0::/\n", ""),                                                       # PID 1 is not systemd
+    ("1:name=systemd:/init.scope\n", ""),                                 # legacy: no v2 line
+])
+def test_systemd_cgroup_root_from_pid_1s_cgroup(tmp_path, text, expected):
+    path = tmp_path / "cgroup"
+    path.write_text(text)
+    assert bpf.systemd_cgroup_root(str(path)) == expected
+
+
+def test_a_slice_is_found_below_systemds_own_cgroup(tmp_path, monkeypatch):
+    """Where systemd runs below the v2 root, ai.slice/ai-infer.slice is below its cgroup, and the
+    level the eBPF helper counts is the depth from the root of the whole hierarchy."""
+    (tmp_path / "docker/4f2a/ai.slice/ai-infer.slice").mkdir(parents=True)
+    monkeypatch.setattr(bpf, "cgroup2_mount", lambda: str(tmp_path))
+    monkeypatch.setattr(bpf, "systemd_cgroup_root", lambda: "docker/4f2a")
+    found = bpf.resolve_cgroup("ai.slice/ai-infer.slice", 0x10010)
+    assert found["dir"] == str(tmp_path / "docker/4f2a/ai.slice/ai-infer.slice")
+    assert (found["path"], found["level"]) == ("ai.slice/ai-infer.slice", 4)
+    # The v2 root's own path comes first, where it exists.
+    (tmp_path / "ai.slice/ai-infer.slice").mkdir(parents=True)
+    assert bpf.resolve_cgroup("ai.slice/ai-infer.slice", 0x10010)["level"] == 2
+    with pytest.raises(NetQosError, match="cgroup v2 edge.slice not found"):
+        bpf.resolve_cgroup("edge.slice", 0x10010)
+
 # ------------------------------------------------------- settings, config
 
 
