@@ -81,6 +81,7 @@ def power_on(board_name, root):
     boot.cover = lambda path, keep=True, skip=(): os.makedirs(at(path), exist_ok=True)
     boot.bind_file = lambda content, target: boot.write(target, content, 0o444)
     boot.make_immutable = lambda path: None
+    boot.make_network = lambda: None  # a veth pair needs the twin's network namespace (molecule's twins)
     boot.board_name = lambda: board_name
     boot.log = lambda msg: None
     boot.main()
