@@ -79,6 +79,7 @@ def directives(unit):
     return [line for line in unit.splitlines() if line and not line.startswith(("#", "["))]
 
 
+@pytest.mark.controller
 def test_the_netqos_unit_follows_the_interface_where_systemd_has_device_units():
     unit = directives(render_unit(True))
     assert "BindsTo=sys-subsystem-net-devices-%i.device" in unit
@@ -87,6 +88,7 @@ def test_the_netqos_unit_follows_the_interface_where_systemd_has_device_units():
     assert not [line for line in unit if "multi-user" in line or line.startswith("Condition")]
 
 
+@pytest.mark.controller
 def test_the_netqos_unit_starts_at_boot_where_systemd_has_none():
     unit = directives(render_unit(False))
     assert not [line for line in unit if "sys-subsystem-net-devices" in line], unit
