@@ -74,3 +74,31 @@ def test_the_fleet_inventory_leaves_the_release_to_the_roles_default(monkeypatch
     written = yaml.safe_load(manager.write_inventory(tmp_path).read_text())["all"]["vars"]
     assert written == {"ansible_connection": "community.docker.docker",
                        "ansible_python_interpreter": "/usr/bin/python3"}
+
+
+def test_a_twin_made_from_an_older_image_is_reused_and_said_so(monkeypatch):
+    """`twin create`/`twin up` keep an existing twin (its state is the device's), and say when its
+    image is older than the one built now, and how to get the new one."""
+    images = {"orin-old": "sha256:aaa", "orin-new": "sha256:bbb"}
+
+    def run(argv, **_kwargs):
+        if argv[:3] == ["docker", "inspect", "-f"] and argv[3].startswith("{{.State.Running}}"):
+            out = "true\torin-nx-16gb-r36\t\t\n"
+        elif argv[:4] == ["docker", "inspect", "-f", "{{.Image}}"]:
+            out = images[argv[4]] + "\n"
+        elif argv[:3] == ["docker", "image", "inspect"]:
+            assert argv[-1] == "edgetune/twin:bookworm", argv
+            out = "sha256:bbb\n"
+        else:
+            raise AssertionError(argv)
+        return subprocess.CompletedProcess(argv, 0, stdout=out, stderr="")
+
+    monkeypatch.setattr(manager, "run", run)
+    monkeypatch.setattr(manager, "wait_booted", lambda name: None)
+    said = []
+    manager.create("orin-new", "orin-nx-16gb-r36", said.append)
+    assert said == []
+    manager.create("orin-old", "orin-nx-16gb-r36", said.append)
+    assert said == ["twin orin-old was made from an older edgetune/twin:bookworm image and keeps it (without what "
+                    "the image has gained since, e.g. its eth0 and bcc); `edgetune twin rm orin-old` and create it "
+                    "again for the new one"]

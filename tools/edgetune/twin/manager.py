@@ -314,10 +314,22 @@ def create(name, board_name, say=print, fleet=False, inventory_dir=None):
             started = run(["docker", "start", name])
             if started.returncode != 0:
                 raise TwinError("cannot start twin %s: %s" % (name, started.stderr.strip()))
-    elif not state["running"]:
-        run(["docker", "start", name])
+    else:
+        if older_image(name, "edgetune/twin:%s" % spec["distro"]):
+            say("twin %s was made from an older edgetune/twin:%s image and keeps it (without what the image "
+                "has gained since, e.g. its eth0 and bcc); `edgetune twin rm %s` and create it again for the new one"
+                % (name, spec["distro"], name))
+        if not state["running"]:
+            run(["docker", "start", name])
     wait_booted(name)
     return name
+
+
+def older_image(name, tag):
+    """Whether container ``name`` runs another image than ``tag`` is now."""
+    used = run(["docker", "inspect", "-f", "{{.Image}}", name])
+    current = run(["docker", "image", "inspect", "-f", "{{.Id}}", tag])
+    return used.returncode == 0 and current.returncode == 0 and used.stdout.strip() != current.stdout.strip()
 
 
 def wait_booted(name, timeout=BOOT_TIMEOUT):
