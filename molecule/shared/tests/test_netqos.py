@@ -101,7 +101,7 @@ def test_the_runtimes_traffic_is_counted_in_the_high_class_and_the_rest_in_the_d
         assert after["1:10"] - before["1:10"] >= 7 and after["1:20"] - before["1:20"] < 7, (before, after)
 
 
-@pytest.mark.device
+# Not a `device` check: `edgetune verify` only reads a device, and this one reboots it.
 def test_the_classifier_is_back_after_a_reboot(host):
     """The qdiscs and the program do not survive a reboot: edgetune-netqos@ puts them back, without Ansible."""
     wanted = interfaces(host)
