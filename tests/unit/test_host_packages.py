@@ -271,3 +271,19 @@ def test_without_root_the_missing_packages_are_named(fresh_machine, monkeypatch)
                                          r"\(Debian: apt-get install debootstrap\)$"):
         host_packages.require(manager.IMAGE_BUILD_PACKAGES)
     assert apt_runs(fresh_machine) == []
+
+
+def test_headers_replace_a_dangling_build_link_and_keep_a_source(fresh_machine):
+    """The running kernel's build link leads to headers that are gone: relinked to the newest
+    generic headers; a source link that is there is left alone."""
+    modules = kernel_headers.modules_dir()
+    modules.mkdir(parents=True)
+    (modules / "build").symlink_to(fresh_machine / "src/linux-headers-5.10.0-1-amd64")  # removed long ago
+    (modules / "source").symlink_to(fresh_machine / "src/linux-headers-6.1.0-10-common")
+    done = kernel_headers.ensure(say=lambda message: None)
+    assert os.readlink(str(modules / "build")) == str(fresh_machine / "src/linux-headers-6.1.0-10-amd64")
+    assert done[0].startswith("replaced %s/build -> " % modules)
+    assert done[-1] == "%s/source: present, left alone" % modules
+    assert apt_runs(fresh_machine) == [("update", []), ("install", ["linux-headers-amd64"])]
+    assert kernel_headers.ensure(say=lambda message: None) == [
+        "%s/build: present (%s), left alone" % (modules, fresh_machine / "src/linux-headers-6.1.0-10-amd64")]

@@ -71,6 +71,9 @@ def ensure(say=print):
     if not source.is_dir():
         raise UsageError("%s is missing (%s is incomplete)" % (source, " ".join(package())))
     target.mkdir(parents=True, exist_ok=True)
+    if os.path.lexists(target / "build"):  # a link to headers that are gone (removed with an older package)
+        done.append("replaced %s/build -> %s, which no longer exists" % (target, os.readlink(target / "build")))
+        (target / "build").unlink()
     (target / "build").symlink_to(build)
     done.append("linked %s/build -> %s" % (target, build))
     if os.path.lexists(target / "source"):
