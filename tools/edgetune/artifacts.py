@@ -33,6 +33,7 @@ import tarfile
 from fractions import Fraction
 from pathlib import Path
 
+from edgetune import outputs
 from edgetune.errors import UsageError
 from edgetune_runtime import engine as engine_mod
 
@@ -158,9 +159,12 @@ def package(manifest, files, out_dir, stem, compresslevel=9):
     content = dict(files)
     content[artifact.MANIFEST_NAME] = (json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n", 0o644)
     tarball = Path(out_dir) / (stem + ".tar.gz")
-    sha, size = write_tarball(tarball, content, compresslevel)
-    sidecar = dict(manifest, artifact={"file": tarball.name, "sha256": sha, "size": size})
-    Path(str(tarball) + ".manifest.json").write_text(json.dumps(sidecar, indent=2, sort_keys=True) + "\n")
+    try:
+        sha, size = write_tarball(tarball, content, compresslevel)
+        sidecar = dict(manifest, artifact={"file": tarball.name, "sha256": sha, "size": size})
+        Path(str(tarball) + ".manifest.json").write_text(json.dumps(sidecar, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:
+        raise UsageError("%s was not written: %s" % (tarball, outputs.reason(exc))) from None
     return dict(sidecar, path=str(tarball))
 
 
@@ -199,6 +203,7 @@ def package_runtime(out_dir=DEFAULT_OUT, version=None, compatibility=None):
 
 # ------------------------------------------------------------------ CLI
 def cmd_package(args):
+    outputs.check(directories=[("--out", args.out)])
     out = Path(args.out)
     results = []
     if args.what in ("all", "runtime"):

@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from edgetune import ansible_setup, audit_report
+from edgetune import ansible_setup, audit_report, outputs
 from edgetune.errors import UsageError, require_module
 
 AUDIT_TASK = "Audit the managed settings"
@@ -301,6 +301,12 @@ def stderr_line(text):
 
 
 def cmd_audit(args):
+    # Reports are written, and relative paths resolved, where edgetune was started; one that
+    # cannot be written is said now, before any device is touched.
+    reports = [("--junit", args.junit), ("--prometheus", args.prometheus)]
+    outputs.check(files=reports)
+    if args.prometheus:
+        require_module("prometheus_client", "--prometheus")
     started = time.time()
     hosts = run_audit(AuditOptions.from_args(args),
                       on_device=lambda host, entry: stderr_line(progress_line(host, entry)),
@@ -308,17 +314,19 @@ def cmd_audit(args):
                       say=lambda message: stderr_line("edgetune: " + message))
     finished = time.time()
     seconds = finished - started
-    # Reports are written, and relative paths resolved, where edgetune was started.
-    if args.junit:
-        audit_report.write_atomically(args.junit, audit_report.junit(hosts, seconds))
-    if args.prometheus:
-        audit_report.write_atomically(args.prometheus, audit_report.prometheus(hosts, finished))
+    texts = {"--junit": lambda: audit_report.junit(hosts, seconds),
+             "--prometheus": lambda: audit_report.prometheus(hosts, finished)}
+    reports = [(option, path, texts[option]()) for option, path in reports if path]
+    # The report first: a file that cannot be written after all (exit 2) cannot take it away.
     if args.json:
         print(json.dumps({"hosts": hosts, "summary": audit_report.summary(hosts), "seconds": round(seconds, 1)},
                          indent=2))
     else:
         print(audit_report.table(hosts, args.all))
         stderr_line("audit took %.1f s" % seconds)
+    sys.stdout.flush()
+    for option, path, text in reports:
+        audit_report.write_atomically(path, text, option)
     return audit_report.exit_code(hosts)
 
 

@@ -4,10 +4,10 @@ node_exporter textfile (Prometheus text format, from prometheus_client).
 Each report reads the same devices dict: host -> {"status", "cause",
 "results", "seconds"} (see edgetune.audit), status one of STATUSES.
 """
-import os
-from pathlib import Path
-from xml.sax.saxutils import escape, quoteattr
+import re
+import xml.etree.ElementTree as ET
 
+from edgetune import outputs
 from edgetune.errors import require_module
 
 STATUSES = ("ok", "drifted", "pending-reboot", "unreachable", "error")
@@ -41,34 +41,61 @@ def table(hosts, show_ok=False):
     return "\n".join(lines)
 
 
+# What XML 1.0 cannot carry, even as a character reference: C0 controls but tab, newline and
+# carriage return; lone surrogates; U+FFFE and U+FFFF.
+_NOT_XML = re.compile(r"[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(text):
+    """``text`` as XML 1.0 can carry it: each character it cannot, replaced visibly by its Python
+    escape (ESC is the four characters \\x1b), so a finding's text is never lost or made invalid."""
+    return _NOT_XML.sub(lambda match: match.group().encode("unicode_escape", "backslashreplace")
+                        .decode("ascii"), str(text))
+
+
 def junit(hosts, seconds):
-    """One test case per setting; a device not audited is one case in error."""
-    cases, failures, errors = [], 0, 0
+    """One test case per setting; a device not audited is one case in error.
+
+    Built with xml.etree, which escapes &, < and > (so ]]> too) and quotes; xml_text()
+    replaces the characters XML cannot carry at all."""
+    suite = ET.Element("testsuite", name="edgetune-drift")
+    failures = errors = 0
+
+    def case(host, name):
+        return ET.SubElement(suite, "testcase", classname=xml_text(host), name=xml_text(name))
+
+    def child(parent, tag, message):
+        return ET.SubElement(parent, tag, message=xml_text(message))
+
     for host in sorted(hosts):
         entry = hosts[host]
         if not entry["results"]:
             errors += 1
-            cases.append('  <testcase classname=%s name="audit"><error message=%s/></testcase>' % (
-                quoteattr(host), quoteattr("%s: %s" % (entry["status"], entry.get("cause", "")))))
+            child(case(host, "audit"), "error", "%s: %s" % (entry["status"], entry.get("cause", "")))
             continue
         for result in entry["results"]:
-            body = ""
-            message = quoteattr(result["state"] + ": " + result.get("detail", ""))
+            testcase = case(host, result["setting"])
+            message = result["state"] + ": " + result.get("detail", "")
             if result["state"] == "drifted":
                 failures += 1
-                body = "<failure message=%s/>" % message
+                child(testcase, "failure", message)
             elif result["state"] == "error":
                 errors += 1
-                body = "<error message=%s/>" % message
+                child(testcase, "error", message)
             elif result["state"] == "unsupported":
-                body = "<skipped message=%s/>" % quoteattr(result.get("detail", ""))
+                child(testcase, "skipped", result.get("detail", ""))
             elif result["state"] == "pending-reboot":
-                body = "<system-out>%s</system-out>" % escape("pending reboot: " + result.get("detail", ""))
-            cases.append("  <testcase classname=%s name=%s>%s</testcase>" % (
-                quoteattr(host), quoteattr(result["setting"]), body))
-    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            '<testsuite name="edgetune-drift" tests="%d" failures="%d" errors="%d" time="%.1f">\n%s\n</testsuite>\n'
-            % (len(cases), failures, errors, seconds, "\n".join(cases)))
+                ET.SubElement(testcase, "system-out").text = xml_text("pending reboot: " + result.get("detail", ""))
+    cases = list(suite)
+    suite.set("tests", str(len(cases)))
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    suite.set("time", "%.1f" % seconds)
+    # One test case a line, as a person reading the file would want it.
+    suite.text = "\n  " if cases else "\n"
+    for index, testcase in enumerate(cases):
+        testcase.tail = "\n  " if index < len(cases) - 1 else "\n"
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
 
 
 def prometheus(hosts, finished_at):
@@ -96,10 +123,7 @@ def prometheus(hosts, finished_at):
     return client.generate_latest(registry).decode()
 
 
-def write_atomically(path, text):
-    """Readers (node_exporter, CI) never see a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("." + path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(str(tmp), str(path))
+def write_atomically(path, text, option=None):
+    """Readers (node_exporter, CI) never see a half-written file; a failed write is one
+    UsageError line (edgetune.outputs)."""
+    outputs.write_text(path, text, option)

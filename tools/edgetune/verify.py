@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from edgetune import REPO
+from edgetune import REPO, outputs
 from edgetune.errors import UsageError
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import ram_share
@@ -185,6 +185,8 @@ def cmd_verify(args):
     if len(inventories) > 1:
         raise UsageError("give one inventory (-i) to verify; testinfra reads one")
     inventory = str(Path(inventories[0]).resolve())
+    # Before the plan playbook touches a device: the reports can be written.
+    outputs.check(files=[("--junit", args.junit), ("--keep-plan", args.keep_plan)])
     started = time.time()
     say("planning %s: each device's plan from the inventory and the boards' facts (read-only)" % args.limit)
     plans = run_plan(project, [inventory], args.limit, args.extra_vars or ())
@@ -203,7 +205,7 @@ def cmd_verify(args):
         plan_file = Path(tmp) / "plan.json"
         plan_file.write_text(json.dumps(derived, indent=1))
         if args.keep_plan:
-            Path(args.keep_plan).write_text(json.dumps(derived, indent=1))
+            outputs.write_text(args.keep_plan, json.dumps(derived, indent=1), "--keep-plan")
         argv = [sys.executable, "-m", "pytest", str(TESTS), "-m", "device", "-p", "no:cacheprovider",
                 "--hosts=ansible://%s" % args.limit, "--ansible-inventory=%s" % inventory, "-rfEs",
                 "-o", "junit_family=xunit2"]

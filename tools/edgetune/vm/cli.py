@@ -3,6 +3,7 @@ import json
 import sys
 import time
 
+from edgetune import outputs
 from edgetune.vm import image, runner
 
 
@@ -20,6 +21,7 @@ def cmd_build(args):
 
 
 def cmd_up(args):
+    outputs.check(directories=[("--inventory-dir", args.inventory_dir)])  # before the VM boots
     started = time.time()
     st, path = runner.up(args.inventory_dir, timeout=args.timeout, port=args.port, say=say)
     say("VM %s up in %.0f s (ssh 127.0.0.1:%d); inventory %s" % (runner.NAME, time.time() - started, st["port"], path))
