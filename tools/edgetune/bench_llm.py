@@ -13,10 +13,14 @@ runs of every round; ``summarize()`` turns them into time to first token and
 inter-token P50/P99 and tokens/s with edge_llm.token_latency (the gate's
 method), ``ratios()`` into the two ratios the field report's table is read by.
 """
+import json
 import re
 from pathlib import Path
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm
+from edgetune import bench
+from edgetune.errors import UsageError
+
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm_bench
 
 MODULE_UTILS = Path(__file__).resolve().parents[2] / "plugins" / "module_utils"
 # The one import between the two piped files; on the device both are one script.
@@ -60,16 +64,9 @@ def device_program():
     return latency + "\n\n" + llm + _DRIVER
 
 
-def summarize(runs):
-    """edge_llm.token_latency of a phase's runs, plus the samples for the histogram."""
-    summary = edge_llm.token_latency(runs)
-    summary["gaps_ms"] = [gap for run in runs for gap in run["gaps_ms"]]
-    summary["ttft_ms"] = [run["ttft_ms"] for run in runs]
-    return summary
-
-
-def _ratio(over, under):
-    return round(over / under, 2) if over is not None and under else None
+# The host bench's summary: a board's numbers and a host's are computed alike.
+summarize = edge_llm_bench.summarize
+_ratio = edge_llm_bench._ratio
 
 
 def ratios(summaries):
@@ -112,3 +109,61 @@ def what_was_measured(is_twin, kernel_cpus, service):
                     len(kernel_cpus), "FIFO and its CPUs" if service["policy"] == "other" else "nothing"))
     return "measured on a real device: %d kernel CPUs, the service %s prio %s on CPUs %s" % (
         len(kernel_cpus), service["policy"].upper(), service["priority"], service["cpus"])
+
+
+# ------------------------------------------------------------------ edgetune bench llm
+def draw_host_pngs(result, path):
+    """One histogram of inter-token gaps per noise kind: quiet, untuned, the default and the best
+    candidate (matplotlib, on the controller: the host may lack it)."""
+    written = []
+    for kind, block in result["noises"].items():
+        series = {"quiet": result["quiet"]["gaps_ms"], "noisy untuned": block["rows"]["noisy untuned"]["gaps_ms"]}
+        for name in dict.fromkeys([block["default"], block["best"]]):
+            series["noisy " + name] = block["rows"][name]["gaps_ms"]
+        target = str(path).replace(".png", "-%s.png" % kind.replace("+", "-"))
+        written.append(bench.write_histogram_png(
+            target, series, "llama-server (%s) inter-token gaps, %s noise, on %s" % (
+                result["backend"], kind, result["host"]["hostname"]), xlabel="gap between tokens", ylabel="gaps"))
+    return "histograms: " + ", ".join(written)
+
+
+def _draw_or_say(result, path):
+    try:
+        return draw_host_pngs(result, path)
+    except UsageError as exc:
+        return "no histogram here (%s); draw it elsewhere with `edgetune bench llm --plot %s`" % (
+            exc, str(path).replace(".png", ".json"))
+
+
+def cmd_llm(args):
+    if args.plot:
+        try:
+            result = json.loads(Path(args.plot).read_text())
+        except (OSError, ValueError) as exc:
+            raise UsageError("cannot read %s: %s" % (args.plot, exc)) from None
+        print(draw_host_pngs(result, str(Path(args.plot).with_suffix(".png"))))
+        return 0
+    if not args.host:
+        raise UsageError("bench llm measures this host (--host) or draws a result (--plot FILE); "
+                         "a device over Ansible is measured by tools/bench-runtime")
+    for name in ("server", "model"):
+        if not getattr(args, name):
+            raise UsageError("--host needs --%s" % name)
+    return edge_llm_bench.run(args, draw=_draw_or_say)
+
+
+def add_parser(subparsers):
+    parent = subparsers.choices.get("bench")
+    if parent is None:
+        parent = subparsers.add_parser("bench", help="benchmarks (latency of a runtime, ...)")
+        parent.edgetune_sub = parent.add_subparsers(dest="bench_command", required=True)
+    p = parent.edgetune_sub.add_parser(
+        "llm", help="token latency of llama-server on this host: quiet, noisy untuned and each candidate "
+                    "setting under the same noise, side by side (root; no Ansible, systemd or Docker)")
+    p.add_argument("--host", action="store_true", help="measure on this host")
+    p.add_argument("--plot", metavar="JSON", help="draw the histograms of a bench-llm-host.json and exit")
+    edge_llm_bench.add_arguments(p)
+    for action in p._actions:
+        if action.dest in ("server", "model"):
+            action.required = False
+    p.set_defaults(func=cmd_llm)

@@ -8,15 +8,15 @@ import json
 import sys
 import time
 
-from edgetune import __version__, ansible_setup
+from edgetune import __version__, ansible_setup, outputs
 from edgetune.errors import UsageError
 from edgetune.twin import manager
 
 # Each tool module adds its own subcommand: add_parser(subparsers) registers
 # it with set_defaults(func=...); the function returns the exit code and
 # raises edgetune.errors.UsageError for one-line usage/environment errors.
-TOOL_MODULES = ["edgetune.audit", "edgetune.pcie", "edgetune.bpf", "edgetune.bench", "edgetune.artifacts",
-                "edgetune.vm.cli", "edgetune.verify", "edgetune.plan"]
+TOOL_MODULES = ["edgetune.audit", "edgetune.pcie", "edgetune.bpf", "edgetune.bench", "edgetune.bench_llm",
+                "edgetune.artifacts", "edgetune.vm.cli", "edgetune.verify", "edgetune.plan"]
 
 DEFAULT_FLEET = "orin-nx-16gb-r36:1,agx-orin-64gb-r35:1,rock5b-rk3588:1"
 
@@ -25,11 +25,21 @@ def say(message):
     print("edgetune: " + message, file=sys.stderr, flush=True)
 
 
+def write_twin_inventory(directory):
+    """manager.write_inventory, a failed write one line (exit 2)."""
+    try:
+        return manager.write_inventory(directory)
+    except OSError as exc:
+        raise UsageError("--inventory-dir %s: the inventory was not written: %s"
+                         % (directory, outputs.reason(exc))) from None
+
+
 def cmd_twin_up(args):
     fleet = manager.parse_fleet(args.fleet)
+    outputs.check(directories=[("--inventory-dir", args.inventory_dir)])  # before any twin starts
     started = time.time()
     names = manager.up(fleet, say, args.inventory_dir)
-    path = manager.write_inventory(args.inventory_dir)
+    path = write_twin_inventory(args.inventory_dir)
     say("%d twin(s) up in %.0f s; inventory %s" % (len(names), time.time() - started, path))
     return 0
 
@@ -47,9 +57,10 @@ def cmd_twin_rm(args):
 
 
 def cmd_twin_down(args):
+    outputs.check(directories=[("--inventory-dir", args.inventory_dir)])  # before any twin is removed
     for twin in manager.twins(fleet_only=True, inventory_dir=args.inventory_dir):
         manager.remove(twin["name"])
-    manager.write_inventory(args.inventory_dir)
+    write_twin_inventory(args.inventory_dir)
     return 0
 
 

@@ -1,0 +1,88 @@
+"""The host mode of the LLM bench (plugins/module_utils/edge_llm_bench.py): candidates parsed and
+refused, and a whole run against a stand-in llama-server whose token gap depends on the policy it
+really runs with, so the test proves the placement and the policy reached the server's threads."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm_bench as hb
+
+FAKE = Path(__file__).parent / "fixtures" / "llm" / "fake-llama-server"
+PROGRAM = Path(hb.__file__).resolve()
+
+
+def test_candidates_are_rules_over_the_default():
+    fifo = hb.parse_candidate("fifo:policy=fifo,priority=40,poll=0,threads=n-1,threads-batch=n")
+    assert fifo["policy"] == "fifo" and fifo["priority"] == 40 and fifo["poll"] == 0
+    assert hb.resolve_threads(fifo["threads"], 4) == 3 and hb.resolve_threads(fifo["threads_batch"], 4) == 4
+    assert hb.resolve_threads("n-1", 1) == 1 and hb.resolve_threads("6", 4) == 6
+    other = hb.parse_candidate("plain:")
+    assert other["policy"] == "other" and other["priority"] == 0 and other["partition"] == "root"
+    assert hb.server_argv("/s", "/m", fifo, 4, "cuda") == [
+        "/s", "--model", "/m", "--threads", "3", "--threads-batch", "4", "--poll", "0", "--n-gpu-layers", "99"]
+
+
+@pytest.mark.parametrize("text, message", [
+    (":policy=fifo", "has no name"),
+    ("x:policy=deadline", "is not other, fifo or rr"),
+    ("x:speed=3", "is not key=value"),
+    ("x:policy=fifo,priority=0", "an RT priority is 1 to 99"),
+    ("x:threads=all", "is not n, n-K or a number"),
+    ("x:poll=often", "are integers"),
+])
+def test_bad_candidates_are_refused_with_one_line(text, message):
+    with pytest.raises(hb.BenchError, match=message):
+        hb.parse_candidate(text)
+
+
+def bench(tmp_path, *extra, **env):
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    argv = [sys.executable, str(PROGRAM), "--server", str(FAKE), "--model", str(model), "--out", str(tmp_path),
+            "--rounds", "2", "--generations", "4", "--max-tokens", "6", "--settle", "0", *extra]
+    return subprocess.run(argv, env=dict(os.environ, FAKE_LOG=str(tmp_path / "starts.jsonl"), **env),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=240)
+
+
+def test_bad_input_is_refused_before_anything_starts(tmp_path):
+    done = bench(tmp_path, "--noise", "cpu,disk", "--rounds", "1")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "noise 'disk' is not one of cpu, cpu+mem" in done.stderr and "--rounds must be 2" in done.stderr
+    assert not (tmp_path / "starts.jsonl").exists() and not (tmp_path / "bench-llm-host.json").exists()
+
+
+def fifo_allowed():
+    return os.geteuid() == 0 and subprocess.run(["chrt", "-f", "10", "true"], stderr=subprocess.DEVNULL).returncode == 0
+
+
+@pytest.mark.skipif(not fifo_allowed() or len(os.sched_getaffinity(0)) < 2, reason="needs root, SCHED_FIFO, 2 CPUs")
+def test_a_run_places_each_candidate_and_ranks_them(tmp_path):
+    cpus = sorted(os.sched_getaffinity(0))
+    infer = str(cpus[-1])
+    # The stand-in streams faster under FIFO: the bench must find that and say the default is not best.
+    done = bench(tmp_path, "--infer-cpus", infer, "--noise", "cpu", "--affinity-only",
+                 "--candidate", "pinned-other:policy=other", "--candidate", "pinned-fifo:policy=fifo,priority=30",
+                 FAKE_GAP_MS="6", FAKE_GAP_FIFO_MS="1")
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "bench-llm-host.json").read_text())
+    block = result["noises"]["cpu"]
+    assert block["best"] == "pinned-fifo" and block["default"] == "pinned-other"
+    assert block["default_vs_best"] > 2
+    fifo, other = block["rows"]["pinned-fifo"], block["rows"]["pinned-other"]
+    assert fifo["threads_seen"]["policies"] == ["fifo 30"] and fifo["threads_seen"]["cpus"] == [infer]
+    assert other["threads_seen"]["policies"] == ["other"] and other["threads_seen"]["cpus"] == [infer]
+    untuned = block["rows"]["noisy untuned"]
+    assert untuned["threads_seen"]["policies"] == ["other"] and untuned["placement"].endswith("any CPU")
+    # 2 rounds of 2 generations of 6 tokens: 20 gaps per stage, noise measured while it ran.
+    assert other["inter_token"]["count"] == 20 and untuned["noise_throughput"][0]["cpu_workers"] == len(cpus)
+    starts = [json.loads(line) for line in (tmp_path / "starts.jsonl").read_text().splitlines()]
+    # quiet + untuned + 2 candidates, in each of 2 rounds; the tuned ones on the inference CPU only.
+    assert len(starts) == 8
+    assert {tuple(s["affinity"]) for s in starts if s["policy"] == "FIFO"} == {(cpus[-1],)}
+    assert "noisy untuned / noisy tuned" in done.stdout and "default pinned-other is" in done.stdout
+    # Nothing is left running.
+    assert subprocess.run(["pgrep", "-f", str(FAKE)], stdout=subprocess.PIPE).returncode == 1
