@@ -151,12 +151,19 @@ def devfreq_nodes(root="/"):
 
 def cgroup_mode(root="/"):
     """unified (v2), hybrid (v1 + v2 at /sys/fs/cgroup/unified) or legacy (v1)."""
+    return cgroup_mode_of(read(root, "/proc/self/mountinfo"))
+
+
+def cgroup_mode_of(mountinfo):
+    """The cgroup mode a /proc/self/mountinfo text shows (see :func:`cgroup_mode`); None or
+    text without a cgroup mount -> legacy.  For readers that get the text another way
+    (``edgetune twin capture`` reads it over SSH)."""
     mounts = {}
-    for line in (read(root, "/proc/self/mountinfo") or "").splitlines():
+    for line in (mountinfo or "").splitlines():
         left, _sep, right = line.partition(" - ")
-        fields = left.split()
-        if len(fields) >= 5 and right:
-            mounts[fields[4]] = right.split()[0]
+        fields, fstype = left.split(), right.split()[:1]
+        if len(fields) >= 5 and fstype:  # the last mount on a point is the one seen
+            mounts[fields[4]] = fstype[0]
     if mounts.get("/sys/fs/cgroup") == "cgroup2":
         return "unified"
     if mounts.get("/sys/fs/cgroup/unified") == "cgroup2":

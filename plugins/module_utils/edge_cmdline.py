@@ -279,9 +279,13 @@ class ExtlinuxLabel:
 
 
 class ExtlinuxConfig:
-    """Parsed extlinux.conf; refuses files L4TLauncher would misread."""
+    """Parsed extlinux.conf; refuses files L4TLauncher would misread.
 
-    def __init__(self, text):
+    ``check=False`` parses without refusing (a reader that only looks at what
+    boots, such as ``edgetune twin capture``; see :meth:`booted_label`).
+    """
+
+    def __init__(self, text, check=True):
         self.lines = split_lines(text)
         self.parsed = [ExtlinuxLine(body) for body, _ending in self.lines]
         self.labels = []
@@ -296,7 +300,8 @@ class ExtlinuxConfig:
                 label.end = index
                 if line.keyword == "APPEND":
                     label.append_lines.append(index)
-        self._check()
+        if check:
+            self._check()
 
     def _check(self):
         if not self.labels:
@@ -341,6 +346,23 @@ class ExtlinuxConfig:
             if label.name == self.default:
                 return label
         return None
+
+    def booted_label(self):
+        """The label L4TLauncher boots, refused file or not: the one DEFAULT names among the first
+        MAX_EXTLINUX_LABELS, else the first label; None without labels."""
+        labels = self.labels[:MAX_EXTLINUX_LABELS]
+        for label in labels:
+            if label.name == self.default:
+                return label
+        return labels[0] if labels else None
+
+    def booted_append(self):
+        """The APPEND value of :meth:`booted_label` (its last APPEND line, as L4TLauncher reads
+        them), ``${cbootargs}`` included; None without one."""
+        label = self.booted_label()
+        if label is None or not label.append_lines:
+            return None
+        return self.parsed[label.append_lines[-1]].value
 
     def find_label(self, name):
         for label in self.labels:

@@ -569,3 +569,271 @@ def test_interrupt_rows_of_arm_and_x86_kernels():
         {"irq": 0, "chip": "IO-APIC", "hwirq": "2-edge", "name": "timer"},
         {"irq": 24, "chip": "PCI-MSI", "hwirq": "49152-edge", "name": "virtio0-config"},
         {"irq": 60, "chip": "PCI-MSI", "hwirq": "0 Edge", "name": "PCIe PME, aerdrv"}]
+
+
+# --------------------------------------------------------------------------
+# The parsers are the collection's (edge_cpulist, edge_pcie, edge_board, edge_cmdline, edge_nvpmodel):
+# what edge_facts and the roles read on the device is what the capture reads; input they refuse is
+# recorded in capture.json, never a traceback.
+def test_cpu_lists_in_the_kernels_forms_and_a_bad_one_recorded(tmp_path):
+    (tmp_path / "sys").mkdir()
+    (tmp_path / "sys" / "present").write_text("0-3,6,8-11:2\n")
+    (tmp_path / "sys" / "bad").write_text("0-3,x\n")
+    (tmp_path / "sys" / "empty").write_text("\n")
+    r = capture.Reader(device.LocalDevice(str(tmp_path)))
+    assert r.cpus("/sys/present") == [0, 1, 2, 3, 6, 8, 10]   # the stride form a-b:step
+    assert r.cpus("/sys/empty") == [] and r.cpus("/sys/missing") == []
+    assert r.cpus("/sys/bad") == []
+    assert r.unreadable == {"/sys/bad": "not a CPU list: invalid CPU list item 'x' in '0-3,x'"}
+
+
+def test_capture_records_a_present_file_that_is_not_a_cpu_list(tmp_path):
+    root = tmp_path / "device"
+    board = power_on("orin-nx-16gb-r36", root)
+    present = root / "sys" / "devices" / "system" / "cpu" / "present"
+    os.chmod(present, 0o644)
+    present.write_text("0-7,garbage\n")
+    result = capture.capture(device.LocalDevice(str(root)), "cap-cpus", "here")
+    assert result["report"]["unreadable"]["/sys/devices/system/cpu/present"].startswith("not a CPU list: ")
+    assert normal(result["board"]) == normal(board)
+
+
+def ext_cap(cfg, offset, cap_id, nxt, version=1):
+    cfg[offset:offset + 4] = (cap_id | version << 16 | nxt << 20).to_bytes(4, "little")
+
+
+def config_space(*chain):
+    """4096 bytes with the extended capabilities (offset, id, next) of ``chain``; a VC (0x0002, 0x0009,
+    0x0008) gets Extended VC Count 1."""
+    cfg = bytearray(4096)
+    for offset, cap_id, nxt in chain:
+        ext_cap(cfg, offset, cap_id, nxt)
+        if cap_id in (0x0002, 0x0008, 0x0009):
+            cfg[offset + 4] = 1
+    return bytes(cfg)
+
+
+def test_vc_capability_by_the_walk_of_edge_pcie():
+    # AER -> Secondary PCIe -> VC at 0x200: the VC capability is found along the chain.
+    assert capture.vc_capability(config_space((0x100, 0x0001, 0x148), (0x148, 0x0019, 0x200),
+                                              (0x200, 0x0002, 0x000))) == (True, [])
+    # VC9 (a function that also has MFVC) counts; MFVC alone does not, nor a chain without a VC.
+    assert capture.vc_capability(config_space((0x100, 0x0008, 0x180), (0x180, 0x0009, 0)))[0] is True
+    assert capture.vc_capability(config_space((0x100, 0x0008, 0)))[0] is False
+    assert capture.vc_capability(config_space((0x100, 0x0001, 0x148), (0x148, 0x0019, 0))) == (False, [])
+    # An empty list (all zero, or all ones where the device did not answer).
+    assert capture.vc_capability(bytes(4096)) == (False, [])
+    assert capture.vc_capability(b"\xff" * 4096) == (False, [])
+    # Not read: 64 bytes (a user without CAP_SYS_ADMIN), 256 (conventional PCI, or the user's limit).
+    assert capture.vc_capability(bytes(64)) == (None, []) and capture.vc_capability(bytes(256)) == (None, [])
+
+
+def test_vc_capability_walk_stops_where_edge_pcie_stops():
+    # A loop: the walk ends and says so; a VC past it is not reached.
+    has_vc, problems = capture.vc_capability(config_space((0x100, 0x0001, 0x148), (0x148, 0x0019, 0x100)))
+    assert has_vc is False and problems == ["extended capability at 0x148 loops back to 0x100; list ends there"]
+    # A next pointer below 0x100 ends the list: the standard header there is no extended capability
+    # (a walk that followed it read the 0x0002 at 0x40 as a VC).
+    cfg = bytearray(config_space((0x100, 0x0001, 0x040)))
+    ext_cap(cfg, 0x40, 0x0002, 0)
+    has_vc, problems = capture.vc_capability(bytes(cfg))
+    assert has_vc is False and "points to 0x040, outside 0x100-0xffc" in problems[0]
+    # A VC capability whose registers would run past the end of config space is not one.
+    has_vc, problems = capture.vc_capability(config_space((0x100, 0x0001, 0xff8), (0xff8, 0x0002, 0)))
+    assert has_vc is False and "VC capability at 0xff8 runs past the end of config space" in problems[0]
+
+
+def test_capture_reports_the_twins_vc_capability_and_walk_problems(tmp_path):
+    root = tmp_path / "device"
+    board = power_on("agx-orin-64gb-r35", root)
+    result = capture.capture(device.LocalDevice(str(root)), "cap-vc", "here")
+    pcie = result["report"]["pcie"]
+    assert len(pcie) == 2 and all(d["vc_capability"] is True and d["config_bytes_read"] == 4096 for d in pcie)
+    assert not any("VC capability" in n for n in result["report"]["notes"])
+    # The endpoint's AER now points back to itself: no VC, and the capture notes why.
+    endpoint = next(d["bdf"] for d in pcie if d["class"].startswith("0x0108"))
+    config = root / "sys" / "bus" / "pci" / "devices" / endpoint / "config"
+    data = bytearray(config.read_bytes())
+    ext_cap(data, 0x100, 0x0001, 0x100, version=2)
+    os.chmod(config, 0o644)
+    config.write_bytes(bytes(data))
+    result = capture.capture(device.LocalDevice(str(root)), "cap-vc", "here")
+    assert {d["bdf"]: d["vc_capability"] for d in result["report"]["pcie"]}[endpoint] is False
+    assert "PCIe config space of %s: extended capability at 0x100 loops back to 0x100; list ends there" \
+        % endpoint in result["report"]["notes"]
+    assert normal(result["board"]) == normal(board)
+
+
+# Mount tables as the boards show them (trimmed): Ubuntu 20.04 / L4T r35 (systemd 245: hybrid),
+# Ubuntu 22.04 / L4T r36 (unified), and a cgroup v1 only system.
+HYBRID_MOUNTINFO = """\
+24 29 0:22 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
+31 24 0:26 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
+32 31 0:27 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
+33 31 0:28 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,xattr,name=systemd
+36 31 0:31 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:15 - cgroup cgroup rw,cpu,cpuacct
+37 31 0:32 / /sys/fs/cgroup/cpuset rw,nosuid,nodev,noexec,relatime shared:16 - cgroup cgroup rw,cpuset
+"""
+UNIFIED_MOUNTINFO = """\
+24 29 0:22 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
+31 24 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate
+"""
+LEGACY_MOUNTINFO = """\
+24 29 0:22 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
+31 24 0:26 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
+33 31 0:28 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,xattr,name=systemd
+36 31 0:31 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:15 - cgroup cgroup rw,cpu,cpuacct
+"""
+
+
+@pytest.mark.parametrize("mountinfo, mode", [
+    (HYBRID_MOUNTINFO, "hybrid"), (UNIFIED_MOUNTINFO, "unified"), (LEGACY_MOUNTINFO, "legacy"),
+    # A cgroup2 mounted over the hybrid tmpfs later: the last mount wins.
+    (HYBRID_MOUNTINFO + "40 24 0:40 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "unified"),
+    # Lines that are no mount (no fs type) are skipped, not a traceback.
+    ("31 24 0:26 / /sys/fs/cgroup rw - \n" + UNIFIED_MOUNTINFO, "unified"),
+    ("garbage\n31 24 0:26 / /sys/fs/cgroup rw -  \n", "legacy")])
+def test_capture_reads_the_cgroup_mode_as_edge_facts_does(tmp_path, mountinfo, mode):
+    root = tmp_path / "device"
+    board = power_on("agx-orin-64gb-r35", root)
+    (root / "proc" / "self" / "mountinfo").write_text(mountinfo)
+    result = capture.capture(device.LocalDevice(str(root)), "cap-cgroup", "here")
+    assert result["board"]["cgroup"] == mode
+    assert dict(normal(result["board"]), cgroup=board["cgroup"]) == normal(board)
+    assert "cgroup_default: {\"35\": \"%s\"}" % mode in result["profile"]
+
+
+def test_unreadable_mountinfo_is_legacy_and_recorded(tmp_path):
+    root = tmp_path / "device"
+    power_on("orin-nx-16gb-r36", root)
+    (root / "proc" / "self" / "mountinfo").unlink()
+    result = capture.capture(device.LocalDevice(str(root)), "cap-cgroup", "here")
+    assert result["board"]["cgroup"] == "legacy" and "/proc/self/mountinfo" in result["report"]["unreadable"]
+
+
+# extlinux.conf as L4TLauncher reads it: the label DEFAULT names, '#' ends a line, case-sensitive keywords.
+EXTLINUX = """\
+TIMEOUT 30
+# DEFAULT backup
+DEFAULT {default}
+
+MENU TITLE L4T boot options
+
+LABEL backup
+      MENU LABEL backup kernel
+      LINUX /boot/Image.backup
+      APPEND ${{cbootargs}} root=/dev/mmcblk0p1 rw quiet
+
+LABEL primary
+      MENU LABEL primary kernel
+      LINUX /boot/Image
+      INITRD /boot/initrd
+      APPEND ${{cbootargs}} root=PARTUUID=4b8a73c4 rw rootwait console=ttyTCU0,115200  # isolcpus=4-7
+"""
+PRIMARY = "${cbootargs} root=PARTUUID=4b8a73c4 rw rootwait console=ttyTCU0,115200"
+
+
+def test_extlinux_default_names_a_label_that_is_not_the_first():
+    notes = []
+    assert capture.extlinux_default_append(EXTLINUX.format(default="primary"), notes) == PRIMARY
+    assert notes == []
+    assert capture.extlinux_default_append(EXTLINUX.format(default="backup"), notes) == \
+        "${cbootargs} root=/dev/mmcblk0p1 rw quiet"
+    assert notes == []
+
+
+@pytest.mark.parametrize("text, append, why", [
+    # What L4TLauncher boots where the roles refuse to edit: the first label.
+    (EXTLINUX.format(default="x").replace("DEFAULT x\n", ""), "${cbootargs} root=/dev/mmcblk0p1 rw quiet",
+     "no DEFAULT line; refusing to guess which label boots"),
+    (EXTLINUX.format(default="nosuch"), "${cbootargs} root=/dev/mmcblk0p1 rw quiet",
+     "DEFAULT 'nosuch' names no label (labels: backup, primary)"),
+    # Two APPEND lines: the last is the one read.
+    (EXTLINUX.format(default="primary") + "      APPEND root=/dev/sda1\n", "root=/dev/sda1",
+     "the default label 'primary' has 2 APPEND lines; keep one"),
+    # L4TLauncher reads 10 labels: DEFAULT naming the 11th boots the first.
+    ("DEFAULT l10\n" + "".join("LABEL l%d\n  APPEND root=/dev/l%d\n" % (i, i) for i in range(11)),
+     "root=/dev/l0", "11 labels, but L4TLauncher reads at most 10"),
+    # U-Boot's lowercase keywords: no label L4TLauncher sees.
+    ("default primary\nlabel primary\n  append root=/dev/sda1\n", None, "lowercase U-Boot keywords"),
+])
+def test_extlinux_files_the_roles_refuse_are_noted_not_refused(text, append, why):
+    notes = []
+    assert capture.extlinux_default_append(text, notes) == append
+    assert len(notes) == 1 and notes[0].startswith("edgetune's roles will refuse to edit this extlinux.conf as it "
+                                                   "is: ") and why in notes[0], notes
+
+
+def test_capture_takes_the_bootloader_args_from_the_label_default_names(tmp_path):
+    root = tmp_path / "device"
+    board = power_on("orin-nx-16gb-r36", root)
+    conf = root / "boot" / "extlinux" / "extlinux.conf"
+    text = conf.read_text()
+    # A backup label first, with other arguments: the board still boots primary (DEFAULT).
+    backup = "LABEL backup\n      LINUX /boot/Image.backup\n      APPEND ${cbootargs} root=/dev/sda1 quiet\n\n"
+    os.chmod(conf, 0o644)
+    conf.write_text(text.replace("LABEL primary", backup + "LABEL primary", 1))
+    result = capture.capture(device.LocalDevice(str(root)), "cap-boot", "here")
+    assert result["board"]["bootloader_args"] == board["bootloader_args"]
+    assert not any("extlinux" in n or "APPEND" in n for n in result["report"]["notes"]), result["report"]["notes"]
+    # DEFAULT names the backup: the running arguments are not that entry's.
+    conf.write_text(text.replace("LABEL primary", backup + "LABEL primary", 1).replace("DEFAULT primary",
+                                                                                       "DEFAULT backup"))
+    result = capture.capture(device.LocalDevice(str(root)), "cap-boot", "here")
+    assert any("does not start with the default entry's APPEND" in n for n in result["report"]["notes"])
+
+
+# nvpmodel.conf as edge_nvpmodel (the role edge_power) reads it.
+NVPMODEL_CONF = """\
+# a comment: < POWER_MODEL ID=9 NAME=NOT_A_MODE >
+< PARAM TYPE=FILE NAME=CPU_ONLINE >
+CORE_0 /sys/devices/system/cpu/cpu0/online
+<PARAM TYPE=CLOCK NAME=EMC >
+MAX_FREQ /sys/kernel/nvpmodel_emc_cap/emc_iso_cap
+
+< POWER_MODEL ID=0 NAME=MAXN >
+CPU_ONLINE CORE_0 1
+EMC MAX_FREQ 0
+<POWER_MODEL NAME=MODE_15W ID=1>\r
+CPU_ONLINE CORE_0 1\r
+EMC MAX_FREQ 2133000000
+
+< PM_CONFIG DEFAULT=1 >
+"""
+
+
+def test_nvpmodel_modes_as_the_role_reads_them(tmp_path):
+    r = capture.Reader(device.LocalDevice(str(tmp_path)))
+    # Headers with or without spaces, NAME before ID, CRLF lines; comments are not modes.
+    assert capture.nvpmodel_modes(r, "/etc/nvpmodel.conf", NVPMODEL_CONF) == ([(0, "MAXN"), (1, "MODE_15W")], 1)
+    assert capture.nvpmodel_modes(r, "/etc/nvpmodel.conf", None) == ([], None)
+    assert r.unreadable == {}
+    # A file nvpmodel (and the role) refuses: no modes, recorded with the reason.
+    broken = NVPMODEL_CONF.replace("< PM_CONFIG DEFAULT=1 >\n", "")
+    assert capture.nvpmodel_modes(r, "/etc/nvpmodel.conf", broken) == ([], None)
+    assert r.unreadable == {"/etc/nvpmodel.conf": "not an nvpmodel configuration: no '< PM_CONFIG DEFAULT=<id> >' "
+                                                  "section: nvpmodel requires one"}
+
+
+def test_capture_of_an_nvpmodel_conf_the_role_refuses(tmp_path, capsys):
+    import yaml
+    root = tmp_path / "device"
+    board = power_on("agx-orin-64gb-r35", root)
+    conf = root / "etc" / "nvpmodel" / board["nvpmodel_conf"]
+    os.chmod(conf, 0o644)
+    conf.write_text(NVPMODEL_CONF)
+    result = capture.capture(device.LocalDevice(str(root)), "cap-nvp", "here")
+    assert result["report"]["nvpmodel_modes"] == [(0, "MAXN"), (1, "MODE_15W")]
+    profile = yaml.safe_load(result["profile"])
+    assert profile["nvpmodel_modes"] == ["MAXN", "MODE_15W"] and profile["nvpmodel_recommended"] == "MAXN"
+    assert "its default is ID 1" in result["profile"]
+    conf.write_text(NVPMODEL_CONF.replace("CPU_ONLINE CORE_0 1\n", "CPU_ONLINE CORE_9 1\n", 1))
+    out = tmp_path / "out"
+    assert cli.main(["twin", "capture", "--root", str(root), "--name", "cap-nvp", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "/etc/nvpmodel.conf (not an nvpmodel configuration: line 8: CPU_ONLINE " \
+        "CORE_9 is not defined by a PARAM section)" in err
+    report = json.loads((out / "cap-nvp" / "capture.json").read_text())
+    assert report["complete"] and report["nvpmodel_modes"] == []
+    profile = yaml.safe_load((out / "cap-nvp" / "profile" / "cap-nvp.yml").read_text())
+    assert profile["nvpmodel_modes"] == [] and profile["nvpmodel_recommended"] is None

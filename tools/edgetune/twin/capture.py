@@ -31,13 +31,20 @@ import json
 import os
 import re
 import shutil
-import struct
 import sys
 from pathlib import Path
 
 from edgetune.errors import UsageError
 from edgetune.twin import device as devices
 from edgetune.twin import manager
+
+# The parsers edge_facts and the roles use on the device: the capture reads what they read.
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_pcie
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_board import cgroup_mode_of
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import ExtlinuxConfig
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import parse_cpulist
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_nvpmodel import parse_conf
 
 REPO = Path(__file__).resolve().parents[3]
 PROFILES_DIR = REPO / "roles" / "edge_facts" / "files" / "board_profiles"
@@ -62,6 +69,8 @@ SECRET_KEYS = (r"(?:androidboot\.)?serial(?:no|_?number)?|(?:\w+[_.])?mac(?:_?ad
 SECRET_RE = re.compile(r"(?i)(?<![\w.-])(%s)=(\"[^\"]*\"|\S+)" % SECRET_KEYS)
 PASSWD_RE = re.compile(r"(?im)^(\s*MENU\s+(?:MASTER\s+)?PASSWD\s+)\S.*$")
 REDACTED = "REDACTED"
+# What the module utilities raise for input they refuse: recorded in capture.json, never a traceback.
+BAD_INPUT = (ValueError, EdgeError)
 
 
 class CaptureError(UsageError):
@@ -131,6 +140,15 @@ class Reader:
         text = self.text(path, required)
         return None if text is None else text.strip().rstrip("\0").strip()
 
+    def cpus(self, path, required=False):
+        """A CPU list file ('0-3,6') as [0, 1, 2, 3, 6]; [] when it is missing or not a CPU list (recorded)."""
+        text = self.value(path, required)
+        try:
+            return parse_cpulist(text)
+        except BAD_INPUT as exc:
+            self.unreadable[path] = "not a CPU list: %s" % exc
+            return []
+
     def listdir(self, path, required=False):
         try:
             return self.dev.listdir(path)
@@ -138,14 +156,6 @@ class Reader:
             if required or exc.errno not in (2, None):
                 self.unreadable[path] = exc.strerror or str(exc)
             return []
-
-
-def cpulist(text):
-    cpus = []
-    for part in filter(None, (text or "").strip().split(",")):
-        first, _, last = part.partition("-")
-        cpus += list(range(int(first), int(last or first) + 1))
-    return cpus
 
 
 def key_values(text):
@@ -170,7 +180,7 @@ def read_identity(r):
 
 
 def read_cpus(r, notes):
-    present = cpulist(r.value(CPU + "/present", required=True))
+    present = r.cpus(CPU + "/present", required=True)
     policies = sorted((n for n in r.listdir(CPU + "/cpufreq", required=True) if re.match(r"^policy\d+$", n)),
                       key=lambda n: int(n[6:]))
     clusters = []
@@ -279,7 +289,7 @@ def read_irqs(r, ncpus, scrub, heuristics, root=False):
         entry = {"irq": number, "chip": row["chip"], "hwirq": row["hwirq"],
                  "name": scrub(row["name"], "/proc/interrupts"), "kind": kind}
         if kind == "managed":
-            cpus = cpulist(r.value("/proc/irq/%d/smp_affinity_list" % number))
+            cpus = r.cpus("/proc/irq/%d/smp_affinity_list" % number)
             if cpus:
                 entry["cpus"] = cpus
         irqs.append(entry)
@@ -292,17 +302,13 @@ def read_irqs(r, ncpus, scrub, heuristics, root=False):
 
 
 def vc_capability(config):
-    """True/False when the extended config space was readable, None when it was not."""
-    if len(config) < 0x104:
-        return None
-    pos, seen = 0x100, set()
-    while pos and pos not in seen and pos <= len(config) - 4:
-        seen.add(pos)
-        header = struct.unpack_from("<I", config, pos)[0]
-        if header & 0xFFFF in (0x0002, 0x0009):
-            return True
-        pos = (header >> 20) & 0xFFC
-    return False
+    """Whether a config space image has a VC capability (ID 0x0002, or 0x0009 beside an MFVC), by
+    edge_pcie's walk of the extended capability list: (True/False, the walk's problems) when the
+    extended config space was read (4096 bytes), (None, []) when it was not."""
+    if len(config) < edge_pcie.EXT_CONFIG_SIZE:
+        return None, []
+    caps, problems = edge_pcie.walk_ext_capabilities(config)
+    return any(cap["id"] in (edge_pcie.ECAP_VC, edge_pcie.ECAP_VC9) for cap in caps), problems
 
 
 def read_pcie(r):
@@ -329,10 +335,11 @@ def read_pcie(r):
             driver = os.path.basename(r.dev.readlink(path + "/driver"))
         except OSError:
             driver = None
+        has_vc, problems = vc_capability(config)
         found.append({"bdf": bdf, "path": real, "vendor": r.value(path + "/vendor"),
                       "device": r.value(path + "/device"), "class": r.value(path + "/class"), "driver": driver,
-                      "config": config,
-                      "config_bytes_read": len(config), "vc_capability": vc_capability(config)})
+                      "config": config, "config_problems": problems,
+                      "config_bytes_read": len(config), "vc_capability": has_vc})
     return found
 
 
@@ -374,34 +381,14 @@ def read_kernel_config(r, release):
     return {key: config.get(key) for key in KERNEL_CONFIG_KEYS}, source
 
 
-def cgroup_mode(mountinfo):
-    mounts = {}
-    for line in (mountinfo or "").splitlines():
-        left, _sep, right = line.partition(" - ")
-        fields = left.split()
-        if len(fields) >= 5 and right:
-            mounts[fields[4]] = right.split()[0]
-    if mounts.get("/sys/fs/cgroup") == "cgroup2":
-        return "unified"
-    if mounts.get("/sys/fs/cgroup/unified") == "cgroup2":
-        return "hybrid"
-    return "legacy"
-
-
-def extlinux_default_append(text):
-    """The APPEND of the label DEFAULT names (L4TLauncher's rules: '#' ends a line)."""
-    default, labels, current = None, [], None
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].lstrip(" \t").rstrip()
-        if line.startswith("DEFAULT"):
-            default = line[len("DEFAULT"):].strip()
-        elif line.startswith("LABEL"):
-            current = {"name": line[len("LABEL"):].strip(), "append": None}
-            labels.append(current)
-        elif line.startswith("APPEND") and current is not None:
-            current["append"] = line[len("APPEND"):].strip()
-    chosen = next((label for label in labels if label["name"] == default), labels[0] if labels else None)
-    return chosen["append"] if chosen else None
+def extlinux_default_append(text, notes):
+    """The APPEND of the label L4TLauncher boots (edge_cmdline's parser: the label DEFAULT names, else the
+    first); a file the roles would refuse to edit is noted, not refused."""
+    try:
+        ExtlinuxConfig(text)
+    except BAD_INPUT as exc:
+        notes.append("edgetune's roles will refuse to edit this extlinux.conf as it is: %s" % exc)
+    return ExtlinuxConfig(text, check=False).booted_append()
 
 
 def l4t_bootloader_args(append, cmdline, notes):
@@ -422,17 +409,17 @@ def l4t_bootloader_args(append, cmdline, notes):
     return " ".join(t for t in running if t not in written)
 
 
-def nvpmodel_modes(text):
-    """[(id, name)] and the default id from an nvpmodel.conf."""
-    modes, default = [], None
-    for line in (text or "").splitlines():
-        match = re.match(r"^\s*<\s*POWER_MODEL\s+ID\s*=\s*(\d+)\s+NAME\s*=\s*(\S+?)\s*>", line)
-        if match:
-            modes.append((int(match.group(1)), match.group(2)))
-        match = re.match(r"^\s*<\s*PM_CONFIG\s+DEFAULT\s*=\s*(\d+)\s*>", line)
-        if match:
-            default = int(match.group(1))
-    return modes, default
+def nvpmodel_modes(r, path, text):
+    """[(id, name)] and the default id of an nvpmodel.conf (edge_nvpmodel's parser, as the role reads it);
+    ([], None) for a file it refuses, recorded as unreadable with the reason."""
+    if text is None:
+        return [], None
+    try:
+        conf = parse_conf(text)
+    except BAD_INPUT as exc:
+        r.unreadable[path] = "not an nvpmodel configuration: %s" % exc
+        return [], None
+    return [(mode.id, mode.name) for mode in conf.modes], conf.default_id
 
 
 def tables_for(clusters):
@@ -513,13 +500,16 @@ def capture(dev, name, host_label, sudo=False):
         notes.append("PCIe config space of %s read as far as this user may (%s bytes; the extended space from "
                      "0x100, where the VC capability is, needs root%s)"
                      % (", ".join(short), sizes, "" if sudo else ": give --sudo"))
+    for d in pcie_found:
+        if d["config_problems"]:
+            notes.append("PCIe config space of %s: %s" % (d["bdf"], "; ".join(d["config_problems"])))
     if pair and pair[0]["vc_capability"] is not True:
         notes.append("the twin models a VC capability with VC1 on both ends of its PCIe link; %s's is %s on this "
                      "device" % (pair[0]["bdf"], "absent" if pair[0]["vc_capability"] is False else "not readable"))
     kernel_config, config_source = read_kernel_config(r, release)
     if kernel_config is None:
         missing.append("kernel config (/proc/config.gz or /boot/config-%s)" % release)
-    cgroup = cgroup_mode(r.text("/proc/self/mountinfo", required=True))
+    cgroup = cgroup_mode_of(r.text("/proc/self/mountinfo", required=True))
     meminfo = re.search(r"^MemTotal:\s+(\d+)\s+kB", r.text("/proc/meminfo") or "", re.M)
 
     # The boot file in use (edge_facts' order).
@@ -529,7 +519,7 @@ def capture(dev, name, host_label, sudo=False):
         if text is not None:
             boot = ("/boot/extlinux/extlinux.conf", "%s.extlinux.conf" % name, scrub(text, "extlinux.conf"))
             bootloader = "l4t"
-            bootloader_args = l4t_bootloader_args(extlinux_default_append(boot[2]), cmdline, notes)
+            bootloader_args = l4t_bootloader_args(extlinux_default_append(boot[2], notes), cmdline, notes)
     elif dev.exists("/boot/armbianEnv.txt"):
         text = r.text("/boot/armbianEnv.txt", required=True)
         if text is not None:
@@ -556,6 +546,7 @@ def capture(dev, name, host_label, sudo=False):
             except OSError:
                 conf_name = "nvpmodel_%s.conf" % name
             nvpmodel = (conf_name, scrub(text, "nvpmodel.conf"))
+    modes = nvpmodel_modes(r, "/etc/nvpmodel.conf", nvpmodel[1] if nvpmodel else None)
 
     emc = None
     if family == "jetson":
@@ -630,11 +621,11 @@ def capture(dev, name, host_label, sudo=False):
         "memory_kb": int(meminfo.group(1)) if meminfo else None,
         "pcie": [{k: d[k] for k in ("bdf", "vendor", "device", "class", "driver", "config_bytes_read",
                                     "vc_capability")} for d in pcie_found],
-        "nvpmodel_modes": nvpmodel_modes(nvpmodel[1] if nvpmodel else "")[0],
+        "nvpmodel_modes": modes[0],
     }
     return {"board": board, "boot": boot, "nvpmodel": nvpmodel, "report": report,
             "pcie_configs": {d["bdf"]: d["config"] for d in pcie_found},
-            "profile": draft_profile(board, report, nvpmodel, soc, host_label)}
+            "profile": draft_profile(board, report, modes, soc, host_label)}
 
 
 # ---------------------------------------------------------------- the draft profile
@@ -651,12 +642,12 @@ def matching_profile(compatible):
     return None, None
 
 
-def draft_profile(board, report, nvpmodel, soc, host_label):
+def draft_profile(board, report, power_modes, soc, host_label):
     clusters = [c["cpus"] for c in board["clusters"]]
     tops = [max(board["cpufreq_tables"][c["table"]] or [0]) for c in board["clusters"]]
     best = max(tops[1:]) if len(tops) > 1 else None
     guess = [i for i in range(1, len(tops)) if tops[i] == best] if best is not None else []
-    modes, default = nvpmodel_modes(nvpmodel[1] if nvpmodel else "")
+    modes, default = power_modes
     major = None
     match = re.search(r"#\s*R(\d+)\s*\(release\)", board["release_files"].get("/etc/nv_tegra_release", ""))
     if match:
