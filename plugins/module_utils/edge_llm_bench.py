@@ -57,7 +57,7 @@ NOISE_KINDS = {"cpu": "CPU: one busy worker per CPU the kernel runs (nice 0)",
                "cpu+mem": "CPU + memory bandwidth: the same, plus 4 workers copying 256 MB continuously"}
 MEM_WORKERS, MEM_BYTES = 4, 256 << 20
 # The settings a candidate may name. threads and threads_batch are rules, not numbers: "n" is one
-# per inference CPU, "n-1" one fewer; a plain number is taken as it is.
+# per inference CPU, "n-1" one fewer, "n/2" half; a plain number is taken as it is.
 CANDIDATE_KEYS = ("policy", "priority", "threads", "threads_batch", "poll", "rt_runtime_us", "partition")
 DEFAULT_SETTINGS = {"policy": "other", "priority": 0, "threads": "n", "threads_batch": None, "poll": None,
                     "rt_runtime_us": None, "partition": "root"}
@@ -135,11 +135,12 @@ def parse_candidate(text):
 
 
 def resolve_threads(rule, ncpus, what="threads"):
-    """'n' -> ncpus, 'n-1' -> ncpus - 1 (at least 1), '3' -> 3."""
+    """'n' -> ncpus, 'n-1' -> ncpus - 1, 'n/2' -> ncpus // 2 (each at least 1), '3' -> 3."""
     text = str(rule).replace(" ", "")
     try:
         if text.startswith("n"):
-            value = ncpus - int(text[2:] or 0) if text[1:2] == "-" else (ncpus if text == "n" else None)
+            operator = text[1:2]
+            value = {"": ncpus, "-": ncpus - int(text[2:] or 0), "/": ncpus // int(text[2:] or 1)}.get(operator)
         else:
             value = int(text)
     except ValueError:
