@@ -1082,6 +1082,11 @@ class _Checker(object):
             found = artifact.pairing_problems(manifests["runtime"], manifests["engine"])
             if found:
                 self.problem("edge_runtime_engine_src", "incompatible release: %s" % "; ".join(found))
+        # The thread rule follows the backend: the runtime's manifest says what it was built for.
+        built_for = (manifests.get("runtime") or {}).get("backend")
+        if built_for and self.ok("edge_runtime_backend") and v["edge_runtime_backend"] != built_for:
+            self.problem("edge_runtime_backend", "the runtime %s is built for the %s backend; allowed: %s"
+                         % (manifests["runtime"].get("name", "artifact"), built_for, built_for))
         context = ((manifests.get("engine") or {}).get("model") or {}).get("context_length")
         if isinstance(context, int) and self.ok("edge_runtime_ctx_size") and v["edge_runtime_ctx_size"] > context:
             self.problem("edge_runtime_ctx_size", "more than the engine's context length; allowed: 64-%d (%s)"

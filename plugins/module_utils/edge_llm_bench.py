@@ -94,6 +94,13 @@ else:
 ''' % (MEM_BYTES, MEM_BYTES)
 
 
+def _say(text, stream=None):
+    """A line for a person: progress and errors to stderr, the report to stdout."""
+    stream = stream or sys.stderr
+    stream.write(text + "\n")
+    stream.flush()
+
+
 class BenchError(EdgeError):
     """The bench cannot run as asked; the message says why and what to do."""
 
@@ -186,7 +193,7 @@ def host_facts(infer, housekeeping):
     gpus = ""
     if shutil.which("nvidia-smi"):
         result = subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                universal_newlines=True)
+                                universal_newlines=True, check=False)
         gpus = result.stdout.strip()
     model = ""
     for line in (_read("/proc/cpuinfo", "") or "").splitlines():
@@ -362,7 +369,7 @@ def server_env(port):
 class Bench:
     def __init__(self, options, say=None):
         self.o = options
-        self.say = say or (lambda text: print("bench: " + text, file=sys.stderr, flush=True))
+        self.say = say or _say
         self.cpus = online_cpus()
         self.infer = parse_cpulist(options.infer_cpus) if options.infer_cpus else default_inference_cpus(self.cpus)
         if not self.infer or not set(self.infer) <= set(self.cpus):
@@ -470,7 +477,7 @@ class Bench:
                 " for r in runs]))\n")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         result = subprocess.run([sys.executable, "-c", code, json.dumps(options)], preexec_fn=place, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
         if result.returncode != 0:
             raise BenchError("the client failed: %s" % result.stderr.strip().splitlines()[-1:])
         return json.loads(result.stdout)
@@ -576,9 +583,9 @@ def table(result):
     head = "%-40s %9s %9s %9s %9s %9s" % ("stage", "TTFT P99", "tok P50", "tok P99", "tok max", "tokens/s")
 
     def row(label, s):
-        return "%-40s %9s %9s %9s %9s %9s" % (label, _ms(s["ttft"]["p99_ms"]), _ms(s["inter_token"]["p50_ms"]),
-                                               _ms(s["inter_token"]["p99_ms"]), _ms(s["inter_token"]["max_ms"]),
-                                               _ms(s["tokens_per_s"]))
+        cells = (s["ttft"]["p99_ms"], s["inter_token"]["p50_ms"], s["inter_token"]["p99_ms"],
+                 s["inter_token"]["max_ms"], s["tokens_per_s"])
+        return "%-40s %9s %9s %9s %9s %9s" % ((label,) + tuple(_ms(cell) for cell in cells))
 
     for kind, block in result["noises"].items():
         throughput = [t for t in block["rows"][block["default"]]["noise_throughput"] if t]
@@ -665,20 +672,20 @@ def run(options, draw=None):
         result = Bench(options).run()
     except (BenchError, edge_llm.LLMError) as exc:
         for line in getattr(exc, "errors", [str(exc)]):
-            print("bench: error: %s" % line, file=sys.stderr)
+            _say("bench: error: %s" % line)
         return 2
     except OSError as exc:
-        print("bench: error: %s" % exc, file=sys.stderr)
+        _say("bench: error: %s" % exc)
         return 2
     path = os.path.join(options.out, "bench-llm-host.json")
     with open(path, "w") as handle:
         json.dump(result, handle, indent=1)
-    print(table(result))
-    print("wrote %s" % path)
+    _say(table(result), sys.stdout)
+    _say("wrote %s" % path, sys.stdout)
     if draw:
-        print(draw(result, os.path.join(options.out, "bench-llm-host.png")))
+        _say(draw(result, os.path.join(options.out, "bench-llm-host.png")), sys.stdout)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

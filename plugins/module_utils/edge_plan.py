@@ -242,9 +242,10 @@ def runtime_part(intent, facts, cpu):
     return {
         "cpus": cpus,
         "cpulist": cpulist,
-        "threads": compute_threads(len(cpus), len(online)),
+        "backend": intent.get("edge_runtime_backend", "cpu"),
+        "threads": compute_threads(len(cpus), len(online), intent.get("edge_runtime_backend", "cpu")),
         "slice": intent.get("edge_runtime_slice", "ai-infer.slice"),
-        "sched_policy": intent.get("edge_runtime_sched_policy", "fifo"),
+        "sched_policy": intent.get("edge_runtime_sched_policy", "other"),
         "sched_priority": intent.get("edge_runtime_sched_priority", 40),
         "require_fifo": intent.get("edge_runtime_require_fifo", True),
         "require_affinity": intent.get("edge_runtime_require_affinity", True),

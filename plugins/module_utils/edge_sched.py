@@ -17,13 +17,19 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import
 POLICIES = {0: "other", 1: "fifo", 2: "rr", 3: "batch", 5: "idle", 6: "deadline"}
 
 
-def compute_threads(pinned_cpus, online_cpus):
+BACKENDS = ("cpu", "cuda", "rknn")
+
+
+def compute_threads(pinned_cpus, online_cpus, backend="cpu"):
     """Compute threads for an inference runtime such as llama.cpp: one per CPU it is pinned to
-    (CPUs the plan gives it alone); unpinned, half the online CPUs, at least one. ggml's threads
-    meet at a barrier after every operation, so on CPUs shared with other work one descheduled
-    thread stalls the rest: on a 2-CPU twin beside two busy processes, 2 threads stalled up to
-    3 s between tokens, 1 thread at most 23 ms."""
-    return pinned_cpus if pinned_cpus else max(1, online_cpus // 2)
+    (CPUs the plan gives it alone) on the CPU backend; half of them (at least one) where the GPU
+    or NPU computes, as measured best by `edgetune bench llm --host` (README, "Measured"); unpinned,
+    half the online CPUs, at least one. ggml's threads meet at a barrier after every operation, so on
+    CPUs shared with other work one descheduled thread stalls the rest: on a 2-CPU twin beside two
+    busy processes, 2 threads stalled up to 3 s between tokens, 1 thread at most 23 ms."""
+    if not pinned_cpus:
+        return max(1, online_cpus // 2)
+    return pinned_cpus if backend == "cpu" else max(1, pinned_cpus // 2)
 
 
 def _read(path):

@@ -96,8 +96,8 @@ plan:
             v1: false, cpu_weight: 1000, cpu_quota: "400%", memory_max: "90%", memory_high: "80%",
             memory_max_bytes: 14495514624, memory_high_bytes: 12884901888, io_weight: 500,
             rt_runtime_us: 800000}
-    runtime: {cpus: [4, 5, 6, 7], cpulist: "4-7", threads: 4, slice: ai-infer.slice,
-              sched_policy: fifo, sched_priority: 40, require_fifo: true, require_affinity: true}
+    runtime: {cpus: [4, 5, 6, 7], cpulist: "4-7", backend: cpu, threads: 4, slice: ai-infer.slice,
+              sched_policy: other, sched_priority: 40, require_fifo: true, require_affinity: true}
     reboot: {policy: auto}
 problems:
   description:

@@ -63,7 +63,7 @@ def test_junit_is_valid_xml_for_any_finding_text(nasty_hosts, tmp_path):
 def test_junit_keeps_one_case_a_line_and_an_empty_fleet_valid():
     text = audit_report.junit({"a": {"status": "ok", "cause": "", "seconds": 1.0, "results": [
         {"setting": "s1", "state": "ok"}, {"setting": "s2", "state": "ok"}]}}, 1.0)
-    assert [line.strip()[:10] for line in text.splitlines()[1:]] == ["<testsuite", "<testcase ", "<testcase ",
-                                                                      "</testsuit"]
+    starts = [line.strip()[:10] for line in text.splitlines()[1:]]
+    assert starts == ["<testsuite", "<testcase ", "<testcase ", "</testsuit"]
     empty = ET.fromstring(audit_report.junit({}, 0.0).encode("utf-8"))
     assert (empty.get("tests"), list(empty)) == ("0", [])

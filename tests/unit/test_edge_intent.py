@@ -616,6 +616,10 @@ def test_a_context_longer_than_the_engines_is_refused(tmp_path):
     assert list(found) == ["edge_runtime_ctx_size"], found
     assert "more than the engine's context length; allowed: 64-512 (tiny)" in found["edge_runtime_ctx_size"]
     assert problems(dict(values, edge_runtime_ctx_size=512), **kwargs) == {}
+    # The thread rule follows edge_runtime_backend, so it must be what the runtime was built for.
+    found = problems(dict(values, edge_runtime_ctx_size=512, edge_runtime_backend="cuda"), **kwargs)
+    assert found == {"edge_runtime_backend": found["edge_runtime_backend"]}
+    assert "is built for the cpu backend; allowed: cpu" in found["edge_runtime_backend"]
 
 
 def package_llm(out, arch, glibc, version="0.5.0", engine_version="0.1.2"):

@@ -96,6 +96,20 @@ def test_explicit_settings_pass_through():
     assert plan["runtime"]["sched_policy"] == "other"
 
 
+def test_the_runtime_defaults_follow_the_measurements():
+    """Pinned SCHED_OTHER by default; one compute thread per inference CPU on the CPU backend, half
+    of them (at least one) where the GPU computes (README, "Measured")."""
+    plan = plan_for("orin-nx")
+    assert plan["runtime"]["sched_policy"] == "other" and plan["runtime"]["backend"] == "cpu"
+    assert plan["runtime"]["cpulist"] == "4-7" and plan["runtime"]["threads"] == 4
+    cuda = plan_for("orin-nx", {"edge_runtime_backend": "cuda"})
+    assert cuda["runtime"]["threads"] == 2 and cuda["runtime"]["backend"] == "cuda"
+    one = plan_for("orin-nx", {"edge_runtime_backend": "cuda", "edge_runtime_cpus": "7"})
+    assert one["runtime"]["threads"] == 1
+    unpinned = plan_for("orin-nx", {"edge_runtime_backend": "cuda", "edge_runtime_cpus": "none"})
+    assert unpinned["runtime"]["threads"] == 4   # half of the 8 CPUs the kernel runs, whatever the backend
+
+
 def test_roles_switched_off_are_marked():
     plan = plan_for("rock5b", {"edge_bootargs_enabled": False, "edge_power_enabled": False})
     assert plan["bootargs"] == {"enabled": False, "args": []}

@@ -11,7 +11,7 @@ import pytest
 
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm_bench as hb
 
-FAKE = Path(__file__).parent / "fixtures" / "llm" / "fake-llama-server"
+FAKE_SOURCE = Path(__file__).parent / "fixtures" / "llm" / "fake_llama_server.py"
 PROGRAM = Path(hb.__file__).resolve()
 
 
@@ -39,13 +39,22 @@ def test_bad_candidates_are_refused_with_one_line(text, message):
         hb.parse_candidate(text)
 
 
+def fake_server(directory):
+    """The stand-in as an executable, as a release's bin/llama-server is."""
+    server = directory / "llama-server"
+    server.write_text("#!/bin/sh\nexec %s %s \"$@\"\n" % (sys.executable, FAKE_SOURCE))
+    server.chmod(0o755)
+    return server
+
+
 def bench(tmp_path, *extra, **env):
     model = tmp_path / "model.gguf"
     model.write_bytes(b"GGUF")
-    argv = [sys.executable, str(PROGRAM), "--server", str(FAKE), "--model", str(model), "--out", str(tmp_path),
-            "--rounds", "2", "--generations", "4", "--max-tokens", "6", "--settle", "0", *extra]
+    argv = [sys.executable, str(PROGRAM), "--server", str(fake_server(tmp_path)), "--model", str(model),
+            "--out", str(tmp_path), "--rounds", "2", "--generations", "4", "--max-tokens", "6", "--settle", "0", *extra]
     return subprocess.run(argv, env=dict(os.environ, FAKE_LOG=str(tmp_path / "starts.jsonl"), **env),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=240)
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=240,
+                          check=False)
 
 
 def test_bad_input_is_refused_before_anything_starts(tmp_path):
@@ -56,7 +65,10 @@ def test_bad_input_is_refused_before_anything_starts(tmp_path):
 
 
 def fifo_allowed():
-    return os.geteuid() == 0 and subprocess.run(["chrt", "-f", "10", "true"], stderr=subprocess.DEVNULL).returncode == 0
+    if os.geteuid() != 0:
+        return False
+    probe = subprocess.run(["chrt", "-f", "10", "true"], stderr=subprocess.DEVNULL, check=False)
+    return probe.returncode == 0
 
 
 @pytest.mark.skipif(not fifo_allowed() or len(os.sched_getaffinity(0)) < 2, reason="needs root, SCHED_FIFO, 2 CPUs")
@@ -85,4 +97,4 @@ def test_a_run_places_each_candidate_and_ranks_them(tmp_path):
     assert {tuple(s["affinity"]) for s in starts if s["policy"] == "FIFO"} == {(cpus[-1],)}
     assert "noisy untuned / noisy tuned" in done.stdout and "default pinned-other is" in done.stdout
     # Nothing is left running.
-    assert subprocess.run(["pgrep", "-f", str(FAKE)], stdout=subprocess.PIPE).returncode == 1
+    assert subprocess.run(["pgrep", "-f", str(FAKE_SOURCE)], stdout=subprocess.PIPE, check=False).returncode == 1

@@ -113,7 +113,6 @@ def cli(monkeypatch):
     return cli
 
 
-
 @pytest.mark.controller
 @pytest.mark.parametrize("argv, option, below", [
     (["audit", "-i", "hosts.yml", "--prometheus", "{bad}"], "--prometheus", "file/x.prom"),

@@ -30,7 +30,7 @@ def test_the_description_shows_each_part():
     assert "cpufreq policy4 performance, policy6 performance" in text
     assert "devfreq fb000000.gpu performance, fdab0000.npu performance, dmc performance" in text
     assert "nvpmodel" not in text.split("note:")[0]
-    assert "4 threads, fifo priority 40" in text
+    assert "4 threads (cpu backend), SCHED_OTHER in ai-infer.slice" in text
 
 
 def test_exit_code_and_json(monkeypatch, capsys):

@@ -30,7 +30,7 @@ def test_defaults_give_molecules_expectations_for_the_orin_nx():
                             "probe": True, "probe_priority": 10}
     assert got["power"]["inference"] == [4] and got["power"]["devfreq"] == ["17000000.gpu"]
     assert got["power"]["mode"] == "MAXN_SUPER" and got["power"]["pinned"] is True
-    assert got["runtime"] == {"port": 8470, "policy": "fifo", "priority": 40, "require_fifo": True,
+    assert got["runtime"] == {"port": 8470, "policy": "other", "priority": 40, "require_fifo": True,
                               "http_threads": 4, "infer_threads": 1, "cpus": "4-7"}
     assert got["netqos_interfaces"] == []
 

@@ -72,9 +72,11 @@ def describe(host, plan):
                                             " (cgroup v1: AllowedCPUs not enforced)" if piece["v1"] else ""))
     else:
         lines.append("  slice     off (role disabled)")
-    lines.append("  runtime   CPUs %s, %d threads, %s priority %s in %s"
-                 % (runtime["cpulist"] or "unpinned", runtime["threads"], runtime["sched_policy"],
-                    runtime["sched_priority"], runtime["slice"]))
+    policy = runtime["sched_policy"]
+    lines.append("  runtime   CPUs %s, %d threads (%s backend), %s in %s"
+                 % (runtime["cpulist"] or "unpinned", runtime["threads"], runtime.get("backend", "cpu"),
+                    "SCHED_OTHER" if policy == "other" else "%s priority %s" % (policy, runtime["sched_priority"]),
+                    runtime["slice"]))
     lines.append("  reboot    policy %s" % plan["reboot"]["policy"])
     audit = plan.get("audit") or {}
     recorded = sorted(role for role, entry in (audit.get("roles") or {}).items() if entry["enabled"])

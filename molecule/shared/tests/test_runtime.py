@@ -128,7 +128,7 @@ def kernel_cpus(host):
 def runtime(plan):
     """The runtime's settings: its contract's defaults (molecule), or the inventory's (verify)."""
     if plan is None:
-        return {"port": PORT, "policy": "fifo", "priority": 40, "require_fifo": None, "http_threads": 4,
+        return {"port": PORT, "policy": "other", "priority": 40, "require_fifo": None, "http_threads": 4,
                 "infer_threads": 1, "cpus": None}
     if plan["runtime"] is None:
         pytest.skip("edge_runtime is not enabled for this device")
