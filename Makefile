@@ -21,7 +21,7 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help collection sanity consumer venv venv38 engine images vm-image lint unit unit38 molecule vm-test integration test demo twins-down artifacts bench
+.PHONY: help collection sanity consumer venv venv38 promtool engine images vm-image lint unit unit38 molecule vm-test integration test demo twins-down artifacts bench
 
 help:
 	@echo "make demo   provision a twin fleet with site.yml (orin-fleet, then rk3588-fleet)"
@@ -69,7 +69,17 @@ lint: venv sanity
 	ruff check .
 	pytest -q tests/static
 
-unit: venv
+# promtool checks and unit-tests the alert rules in extras/prometheus/ and both
+# audit textfiles (tests/unit/test_prometheus.py). Debian ships it only in the
+# package prometheus (whose server systemd then starts on :9090); installed
+# through edgetune.host_packages as root, else its tests are skipped.
+promtool: venv
+	@if ! command -v promtool >/dev/null; then \
+	    if [ "$$(id -u)" -eq 0 ]; then python -m edgetune.host_packages prometheus; \
+	    else echo "promtool is missing (Debian: apt-get install prometheus): its tests are skipped"; fi; \
+	fi
+
+unit: venv promtool
 	pytest -q tests/unit
 
 unit38: venv38

@@ -81,6 +81,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_bootfile import (
     BOOT_ID, plan_files, plan_managed, read_boot_id)
@@ -91,6 +92,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import (
     format_cpulist, parse_cpulist, parse_cpumask)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_metrics import device_textfile
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_pcie import prepare as pcie_prepare
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_nvpmodel import (
@@ -490,13 +492,6 @@ def audit_records(root="/", record_dir="/etc/edgetune/applied", expected=None):
     return results, summary
 
 
-def prometheus_text(host, results):
-    """node_exporter textfile lines: edgetune_drift{host,setting,state} 1."""
-    def label(value):
-        return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
-    lines = ["# HELP edgetune_drift 1 for the state each managed setting is in.",
-             "# TYPE edgetune_drift gauge"]
-    for result in results:
-        lines.append('edgetune_drift{host="%s",setting="%s",role="%s",state="%s"} 1' % (
-            label(host), label(result["setting"]), label(result["role"]), result["state"]))
-    return "\n".join(lines) + "\n"
+def prometheus_text(host, results, finished_at=None):
+    """The node_exporter textfile of one device (names and HELP from edge_metrics.METRICS)."""
+    return device_textfile(host, results, time.time() if finished_at is None else finished_at)

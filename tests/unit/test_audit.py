@@ -221,6 +221,16 @@ def test_fleet_audit_from_an_operator_directory(site, recorded_argv, stderr_line
         for h, e in hosts.items()}
     assert families["edgetune_drift"][(("host", "drifted-1"), ("role", "edge_test"),
                                        ("setting", "IRQ affinity"), ("state", "drifted"))] == 1.0
+    # What the alert rules read (extras/prometheus): unreachable devices, checks that could not run,
+    # a failed device audit counting 1, reboots pending.
+    assert {labels[0][1] for labels, value in families["edgetune_device_unreachable"].items() if value} == {
+        "stopped-twin", "ghost"}
+    assert {labels[0][1]: value for labels, value in families["edgetune_audit_errors"].items() if value} == {
+        "checkerr-1": 1.0, "badboard-1": 1.0}
+    assert {labels[0][1] for labels, value in families["edgetune_reboot_pending"].items() if value} == {"pending-1"}
+    # checkerr-1's status is error, yet one of its settings did drift: the gauge says so.
+    assert {labels[0][1] for labels, value in families["edgetune_device_drifted"].items() if value} == {
+        "drifted-1", "checkerr-1"}
     durations = families["edgetune_audit_duration_seconds"]
     assert durations[(("host", "slow-ok"),)] >= SLOW_SECONDS
     assert started <= families["edgetune_audit_last_run_timestamp_seconds"][()] <= finished
@@ -287,8 +297,10 @@ def test_prometheus_file_groups_each_family_and_round_trips_labels(audited_hosts
     from edgetune import audit_report
     text = audit_report.prometheus(audited_hosts, finished_at=1700000000.5)
     families = parse_prometheus(text)
-    assert sorted(families) == ["edgetune_audit_duration_seconds", "edgetune_audit_last_run_timestamp_seconds",
-                                "edgetune_device_audited", "edgetune_drift"]
+    assert sorted(families) == ["edgetune_audit_duration_seconds", "edgetune_audit_errors",
+                                "edgetune_audit_last_run_timestamp_seconds", "edgetune_device_audited",
+                                "edgetune_device_drifted", "edgetune_device_unreachable", "edgetune_drift",
+                                "edgetune_drift_findings", "edgetune_reboot_pending"]
     assert families["edgetune_device_audited"] == {
         (("host", 'odd "host"\\1'), ("status", "drifted")): 1.0,
         (("host", "gone"), ("status", "unreachable")): 0.0, (("host", "fine"), ("status", "ok")): 1.0}
@@ -298,6 +310,12 @@ def test_prometheus_file_groups_each_family_and_round_trips_labels(audited_hosts
     assert families["edgetune_audit_duration_seconds"] == {
         (("host", 'odd "host"\\1'),): 1.5, (("host", "gone"),): 0.2, (("host", "fine"),): 2.0}
     assert families["edgetune_audit_last_run_timestamp_seconds"] == {(): 1700000000.5}
+    # The device-level gauges of the devices that answered; the unreachable one only in its own gauge.
+    assert families["edgetune_device_drifted"] == {(("host", 'odd "host"\\1'),): 1.0, (("host", "fine"),): 0.0}
+    assert families["edgetune_drift_findings"] == {(("host", 'odd "host"\\1'), ("role", "edge_test")): 1.0,
+                                                   (("host", "fine"), ("role", "edge_test")): 0.0}
+    assert families["edgetune_device_unreachable"] == {
+        (("host", 'odd "host"\\1'),): 0.0, (("host", "gone"),): 1.0, (("host", "fine"),): 0.0}
     # Each family's samples come together, none interleaved with another's.
     names = [line.split("{")[0].split(" ")[0] for line in text.splitlines() if not line.startswith("#")]
     assert [name for name, _group in itertools.groupby(names)] == list(dict.fromkeys(names))
@@ -312,7 +330,9 @@ def test_prometheus_file_passes_the_openmetrics_parser(audited_hosts):
     text = audit_report.prometheus(audited_hosts, finished_at=1700000000.5)
     names = {f.name: len(f.samples) for f in text_string_to_metric_families(text + "# EOF\n")}
     assert names == {"edgetune_device_audited": 3, "edgetune_drift": 3, "edgetune_audit_duration_seconds": 3,
-                     "edgetune_audit_last_run_timestamp_seconds": 1}
+                     "edgetune_audit_last_run_timestamp_seconds": 1, "edgetune_device_drifted": 2,
+                     "edgetune_drift_findings": 2, "edgetune_reboot_pending": 2, "edgetune_audit_errors": 2,
+                     "edgetune_device_unreachable": 3}
 
 
 def test_prometheus_file_passes_promtool(audited_hosts, tmp_path):

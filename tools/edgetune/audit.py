@@ -305,8 +305,6 @@ def cmd_audit(args):
     # cannot be written is said now, before any device is touched.
     reports = [("--junit", args.junit), ("--prometheus", args.prometheus)]
     outputs.check(files=reports)
-    if args.prometheus:
-        require_module("prometheus_client", "--prometheus")
     started = time.time()
     hosts = run_audit(AuditOptions.from_args(args),
                       on_device=lambda host, entry: stderr_line(progress_line(host, entry)),

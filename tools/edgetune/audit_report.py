@@ -1,5 +1,6 @@
 """The reports of `edgetune audit`: a table for people, JUnit XML for CI and a
-node_exporter textfile (Prometheus text format, from prometheus_client).
+node_exporter textfile (Prometheus text format, rendered by the collection's
+plugins/module_utils/edge_metrics.py, as the on-device audit timer's is).
 
 Each report reads the same devices dict: host -> {"status", "cause",
 "results", "seconds"} (see edgetune.audit), status one of STATUSES.
@@ -8,7 +9,8 @@ import re
 import xml.etree.ElementTree as ET
 
 from edgetune import outputs
-from edgetune.errors import require_module
+
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_metrics
 
 STATUSES = ("ok", "drifted", "pending-reboot", "unreachable", "error")
 # The exit code is 0 when every device is in one of these.
@@ -27,14 +29,24 @@ def exit_code(hosts):
 
 
 def table(hosts, show_ok=False):
-    lines = []
+    """One line per device, one per setting not ok (every setting with show_ok). A long detail (such as
+    the paragraph on what a hybrid cgroup mode does not enforce, the same on every device of a kind) is
+    said once, as a numbered note after the devices; each setting's line has its first words and the note."""
+    long_detail = 100  # longer than this: said once, as a note, however many devices have it
+    lines, notes = [], {}
     for host in sorted(hosts):
         entry = hosts[host]
         lines.append("%-28s %s%s" % (host, entry["status"].upper(),
                                       (": " + entry["cause"]) if entry.get("cause") else ""))
         for result in entry["results"]:
             if show_ok or result["state"] != "ok":
-                lines.append("    %-15s %-34s %s" % (result["state"], result["setting"], result.get("detail", "")))
+                detail = str(result.get("detail", ""))
+                if len(detail) > long_detail:
+                    number = notes.setdefault(detail, len(notes) + 1)
+                    head = detail.split(": ", 1)[0]
+                    detail = "%s (note %d)" % (head if len(head) <= 60 else head[:57] + "...", number)
+                lines.append("    %-15s %-34s %s" % (result["state"], result["setting"], detail))
+    lines.extend("note %d: %s" % (number, text) for text, number in notes.items())
     counts = summary(hosts)
     lines.append("fleet: %d device(s): %s" % (len(hosts), ", ".join(
         "%d %s" % (n, state) for state, n in sorted(counts.items()))))
@@ -99,28 +111,23 @@ def junit(hosts, seconds):
 
 
 def prometheus(hosts, finished_at):
-    """The textfile: one family per metric, each with all its samples (prometheus_client groups them)."""
-    client = require_module("prometheus_client", "--prometheus")
-    registry = client.CollectorRegistry()
-    audited = client.Gauge("edgetune_device_audited",
-                           "1 if the device answered the audit (0: no result), by its status.",
-                           ["host", "status"], registry=registry)
-    drift = client.Gauge("edgetune_drift", "1 for the state each managed setting of a device is in.",
-                         ["host", "setting", "role", "state"], registry=registry)
-    duration = client.Gauge("edgetune_audit_duration_seconds",
-                            "Seconds from the device's first task to its audit result.", ["host"], registry=registry)
-    last_run = client.Gauge("edgetune_audit_last_run_timestamp_seconds",
-                            "When the last audit finished (Unix time).", registry=registry)
+    """The textfile: the names, labels and HELP of plugins/module_utils/edge_metrics.py (METRICS), the
+    same the on-device audit timer writes, plus the controller's own (audited, unreachable, duration)."""
+    samples = {"edgetune_device_audited": [], "edgetune_device_unreachable": [],
+               "edgetune_audit_duration_seconds": []}
     for host in sorted(hosts):
         entry = hosts[host]
-        audited.labels(host=host, status=entry["status"]).set(1 if entry["results"] else 0)
+        samples["edgetune_device_audited"].append(({"host": host, "status": entry["status"]},
+                                                   1 if entry["results"] else 0))
+        samples["edgetune_device_unreachable"].append(({"host": host}, 1 if entry["status"] == "unreachable" else 0))
         if entry.get("seconds") is not None:
-            duration.labels(host=host).set(entry["seconds"])
-        for result in entry["results"]:
-            drift.labels(host=host, setting=result["setting"], role=result.get("role", ""),
-                         state=result["state"]).set(1)
-    last_run.set(finished_at)
-    return client.generate_latest(registry).decode()
+            samples["edgetune_audit_duration_seconds"].append(({"host": host}, entry["seconds"]))
+        if entry["results"]:
+            edge_metrics.device_samples(host, entry["results"], samples)
+        elif entry["status"] == "error":  # the device answered but its audit failed: nothing was checked
+            samples.setdefault("edgetune_audit_errors", []).append(({"host": host}, 1))
+    samples["edgetune_audit_last_run_timestamp_seconds"] = [({}, finished_at)]
+    return edge_metrics.render(samples, edge_metrics.CONTROLLER)
 
 
 def write_atomically(path, text, option=None):
