@@ -1,10 +1,12 @@
 # Copyright: edgetune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Callback edge_summary: one line per host at the end of a run.
+"""Callback edge_summary: one short line per host at the end of a run.
 
-Board, release, the tasks that changed something, reboots, what the runtime's
-deploy gate measured on the device, and the wall time of the run: what a person
-wants to see after `ansible-playbook site.yml`.
+State, board, release, the play's counts (ok, changed, failed, skipped) and the
+runtime's deploy gate result, then the wall time of the run: what a person wants
+to see after `ansible-playbook site.yml`. With -v, the names of the tasks that
+changed something and what the gate measured follow each host's line; the JSON
+lines file (EDGETUNE_SUMMARY_JSON) always has both.
 """
 
 DOCUMENTATION = r"""
@@ -12,10 +14,12 @@ name: edge_summary
 type: aggregate
 short_description: Fleet summary (board, release, changes) at the end of a run
 description:
-  - Prints, per host, the board profile, the L4T or BSP release, the changed tasks and
-    whether the host failed or was unreachable, then the wall time of the run.
-  - Where the runtime's deploy gate measured latency on the device (C(edge_runtime_gate)), a second
-    line gives it, for an LLM the time to first token and the inter-token P50 and P99 and the tokens/s.
+  - Prints one short line per host - whether it failed or was unreachable, the board profile, the L4T or
+    BSP release, the play's counts of ok, changed, failed and skipped tasks, and whether the runtime's deploy
+    gate (C(edge_runtime_gate)) passed - then the wall time of the run.
+  - With C(-v) (verbosity 1 or more), each host's line is followed by the names of the tasks that changed
+    something (or would, in check mode), one a line, and by what the deploy gate measured on the device -
+    request latency, or for an LLM the time to first token, the inter-token P50 and P99 and the tokens/s.
 author:
   - edgetune contributors (!UNKNOWN)
 version_added: "0.1.0"
@@ -27,7 +31,9 @@ notes:
   - Set E(EDGETUNE_SUMMARY_JSON) to a file path to have each run append one JSON line to it, for dashboards
     and CI, printed or not - C(playbook), C(check_mode), C(wall_s), and per host its C(state) (C(ok),
     C(FAILED), C(UNREACHABLE)), C(board), C(release), C(changed) (the names of the tasks that changed, or
-    would in check mode, in the order they ran) and C(gate).
+    would in check mode, in the order they ran, whatever the verbosity), C(gate) (what the gate measured),
+    C(gate_result) (C(passed), C(failed) or null where no gate ran) and C(counts) (the play's C(ok),
+    C(changed), C(failures), C(skipped), C(unreachable), C(rescued) and C(ignored), as in the recap).
   - Hosts without a board profile that ran without failing (such as C(localhost)) are left out.
 """
 
@@ -62,6 +68,20 @@ def _gate_line(gate):
     return None
 
 
+def is_gate(result):
+    return result._task.action.split(".")[-1] == "edge_runtime_gate"
+
+
+def host_line(name, entry):
+    """One short line: host, state, board, release, the recap's counts and the gate's result; the
+    changed tasks' names and the gate's numbers are for -v and the JSON lines file."""
+    counts = entry.get("counts") or {}
+    gate = {"passed": "  gate passed", "failed": "  gate FAILED"}.get(entry.get("gate_result"), "")
+    return "%-24s %-11s %-27s %-12s ok=%d changed=%d failed=%d skipped=%d%s" % (
+        name, entry["state"], entry["board"], entry["release"], counts.get("ok", 0), counts.get("changed", 0),
+        counts.get("failures", 0), counts.get("skipped", 0), gate)
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -79,7 +99,8 @@ class CallbackModule(CallbackBase):
 
     def host(self, result):
         return self.hosts.setdefault(result._host.get_name(), {
-            "board": "?", "release": "?", "changed": [], "state": "ok", "gate": None})
+            "board": "?", "release": "?", "changed": [], "state": "ok", "gate": None, "gate_result": None,
+            "counts": {}})
 
     def v2_runner_on_ok(self, result):
         entry = self.host(result)
@@ -92,11 +113,14 @@ class CallbackModule(CallbackBase):
             entry["board"] = facts["edge_facts_profile"]["title"]
         if result._result.get("changed") and result._task.get_name() not in entry["changed"]:
             entry["changed"].append(result._task.get_name())
-        if result._task.action.split(".")[-1] == "edge_runtime_gate":
+        if is_gate(result):
             entry["gate"] = gate_line(result._result) or entry["gate"]
+            entry["gate_result"] = "passed"
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
-        self.host(result)
+        entry = self.host(result)
+        if is_gate(result):
+            entry["gate_result"] = "failed"
 
     def v2_runner_on_unreachable(self, result):
         self.host(result)
@@ -104,7 +128,7 @@ class CallbackModule(CallbackBase):
     def v2_playbook_on_stats(self, stats):
         for name, entry in self.hosts.items():
             # The play's own count: a failure a block rescued is not a failed host.
-            counts = stats.summarize(name)
+            counts = entry["counts"] = stats.summarize(name)
             entry["state"] = ("UNREACHABLE" if counts["unreachable"] else
                               "FAILED" if counts["failures"] else "ok")
         wall = time.time() - self.started
@@ -113,15 +137,23 @@ class CallbackModule(CallbackBase):
         if os.environ.get("EDGETUNE_NO_SUMMARY"):  # machine-readable runs (edgetune audit)
             return
         self._display.banner("EDGETUNE FLEET SUMMARY")
+        verbose = self._display.verbosity >= 1
+        hidden = False
         for name in sorted(self.hosts):
             entry = self.hosts[name]
             if entry["board"] == "?" and entry["state"] == "ok":
                 continue  # not a device (e.g. localhost in molecule's create step)
-            changes = ", ".join(entry["changed"]) if entry["changed"] else "no change"
-            self._display.display("%-24s %-6s %-34s %-14s %s" % (
-                name, entry["state"], entry["board"], entry["release"], changes))
-            if entry["gate"]:
-                self._display.display("%-24s gate: %s" % ("", entry["gate"]))
+            self._display.display(host_line(name, entry))
+            if verbose:
+                for task in entry["changed"]:
+                    self._display.display("    changed: %s" % task)
+                if entry["gate"]:
+                    self._display.display("    gate: %s" % entry["gate"])
+            hidden = hidden or bool(entry["changed"] or entry["gate"])
+        if hidden and not verbose:  # said once per run, not per host
+            self._display.display("(with -v: each host's changed tasks and gate measurements%s)" % (
+                "; also in %s" % os.environ["EDGETUNE_SUMMARY_JSON"] if os.environ.get("EDGETUNE_SUMMARY_JSON")
+                else ""))
         self._display.display("wall time: %.1f s" % wall)
 
     def append_json(self, path, wall):
