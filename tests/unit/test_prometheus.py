@@ -92,10 +92,10 @@ def parse_text(text):
     parsed = {"help": {}, "type": {}, "samples": {}}
     for line in text.splitlines():
         if line.startswith("# HELP "):
-            name, _, help_text = line[len("# HELP "):].partition(" ")
+            name, _sep, help_text = line[len("# HELP "):].partition(" ")
             parsed["help"][name] = help_text
         elif line.startswith("# TYPE "):
-            name, _, kind = line[len("# TYPE "):].partition(" ")
+            name, _sep, kind = line[len("# TYPE "):].partition(" ")
             parsed["type"][name] = kind
         elif line and not line.startswith("#"):
             match = SAMPLE.match(line)
