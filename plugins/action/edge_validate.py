@@ -125,6 +125,10 @@ class ActionModule(ActionBase):
         # deprecated names the host still sets (edge_intent reads them).
         wanted_options = [(name, spec) for role in roles for name, spec in specs[role].items()]
         wanted_options += [(name, specs.get("edge_cpu", {}).get(name, {})) for name in edge_intent.CPU_OPTIONS]
+        if set(roles) & set(edge_intent.SLICE_ALIASES.values()):
+            # The slice's one name, which the runtime and the classifier use.
+            slice_spec = specs.get("edge_cgroups", {}).get(edge_intent.SLICE_OPTION, {})
+            wanted_options.append((edge_intent.SLICE_OPTION, slice_spec))
         wanted_options += [(name, {}) for name in edge_intent.DEPRECATED if name in task_vars]
         for name, spec in wanted_options:
             try:

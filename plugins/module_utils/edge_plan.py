@@ -14,7 +14,8 @@ Parts: ``cpu`` (the partition: inference, housekeeping, IRQ default, the
 nohz_full and rcu_nocbs sets), ``bootargs`` (the arguments for the bootloader
 in use), ``power`` (nvpmodel mode by name, jetson_clocks, cpufreq and devfreq
 settings), ``slice`` (the inference slice and its limits), ``runtime`` (the
-service's CPUs, thread count and scheduling), ``boot`` (where the roles save
+service's slice, CPUs, thread count and scheduling), ``netqos`` (the slice
+whose sockets' traffic is inference traffic), ``boot`` (where the roles save
 what a reboot loses, and the program that re-applies it), ``reboot`` (the policy) and
 ``audit`` (what each role's desired state is made of: the drift audit compares
 it with the record the last apply left on the device, see ``audit_part``).
@@ -48,7 +49,7 @@ RECORDED_ROLES = {
     "edge_cgroups": ("cpu", "slice"),
     "edge_power": ("cpu", "power"),
     "edge_pcie_qos": (),
-    "edge_netqos": (),
+    "edge_netqos": ("netqos",),
     "edge_runtime": ("runtime",),
     "edge_audit_timer": (),
     "edge_boot": ("boot",),
@@ -229,7 +230,9 @@ def slice_part(intent, facts, cpu, slice_values):
     }
 
 
-def runtime_part(intent, facts, cpu):
+def runtime_part(intent, facts, cpu, slice_):
+    """The service's slice (the slice part's name: edge_cgroups_slice names it for every role), CPUs,
+    compute threads and scheduling."""
     choice = str(intent.get("edge_runtime_cpus", "auto")).strip()
     if choice == "auto":
         cpulist = cpu["inference_list"]
@@ -244,12 +247,18 @@ def runtime_part(intent, facts, cpu):
         "cpulist": cpulist,
         "backend": intent.get("edge_runtime_backend", "cpu"),
         "threads": compute_threads(len(cpus), len(online), intent.get("edge_runtime_backend", "cpu")),
-        "slice": intent.get("edge_runtime_slice", "ai-infer.slice"),
+        "slice": slice_["name"],
         "sched_policy": intent.get("edge_runtime_sched_policy", "other"),
         "sched_priority": intent.get("edge_runtime_sched_priority", 40),
         "require_fifo": intent.get("edge_runtime_require_fifo", True),
         "require_affinity": intent.get("edge_runtime_require_affinity", True),
     }
+
+
+def netqos_part(slice_):
+    """What role edge_netqos classifies besides its ports: the sockets of the inference slice (the
+    slice part's name; the role starts the slice so that its cgroup exists)."""
+    return {"slice": slice_["name"]}
 
 
 def boot_part():
@@ -289,8 +298,9 @@ def audit_part(intent, plan, role_options, code=None):
     inputs differ from the recorded ones (the inventory or the board changed
     since the last apply), naming what changed. ``role_options``: {role:
     option names} (the roles' argument specs); ``code``: {role: digest of the
-    code that renders its desired state} (the role's files and the modules),
-    so that a new edgetune is a change too.
+    role's own code} (its role files, the modules and plugins its tasks name
+    and the module utilities they import: plugins/module_utils/edge_code.py),
+    so that a new edgetune is a change to the roles whose code changed only.
     """
     roles = {}
     for role, parts in sorted(RECORDED_ROLES.items()):
@@ -329,6 +339,8 @@ def build(intent, facts, profile, partition, slice_values=None, role_options=Non
     if partition is None:
         raise PlanError("the CPU partition could not be computed (see the validation's messages)")
     cpu = cpu_part(intent, partition)
+    # One slice name (edge_cgroups_slice) for every role: the runtime's and the classifier's are the slice part's.
+    slice_ = slice_part(intent, facts, cpu, slice_values)
     plan = {
         "version": PLAN_VERSION,
         "board": {
@@ -341,8 +353,9 @@ def build(intent, facts, profile, partition, slice_values=None, role_options=Non
         "cpu": cpu,
         "bootargs": bootargs_part(intent, facts, profile, cpu),
         "power": power_part(intent, facts, profile, cpu),
-        "slice": slice_part(intent, facts, cpu, slice_values),
-        "runtime": runtime_part(intent, facts, cpu),
+        "slice": slice_,
+        "runtime": runtime_part(intent, facts, cpu, slice_),
+        "netqos": netqos_part(slice_),
         "boot": boot_part(),
         "reboot": {"policy": intent.get("edge_reboot_policy", "auto")},
     }

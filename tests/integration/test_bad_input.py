@@ -189,7 +189,7 @@ def test_every_bad_value_is_reported_at_once_and_nothing_changes(fleet):
         'edge_runtime_health_timeout = -5: allowed: a number above 0 and at most 3600 (seconds)',
         'edge_bootargs_isolate = "": empty (an empty string is not none); allowed: auto, none or a CPU list',
         'edge_bootargs_cgroup_v2 = "maybe": allowed: auto, true or false',
-        'edge_runtime_slice = "ai/infer.slice": is not a slice of its own',
+        'edge_runtime_slice = "ai/infer.slice": differs from edge_cgroups_slice = "ai-infer.slice"',
         'edge_runtime_cpus = "4-19": CPUs 8-19 do not exist on this board (the NVIDIA Jetson Orin NX 16GB has '
         'CPUs 0-7)',
         'edge_runtime_cpus = "4-19": CPUs 8-19 do not exist on this board (the Rockchip RK3588 has CPUs 0-7)',

@@ -220,17 +220,49 @@ def test_audit_inputs_do_not_change_when_memtotal_moves_by_some_kib():
 
 
 @pytest.mark.controller
-def test_code_digests_follow_the_role_files_and_the_modules(tmp_path):
+def test_code_digests_are_each_role_s_own_code():
+    """The planner's digests (once per process) are edge_code's, with edge_boot's program files;
+    the fake collections of test_edge_code show which change marks which role."""
     from ansible_collections.edgetune.fleet.plugins.action.edge_plan import code_digests
-    for relative in ("plugins/modules/m.py", "plugins/module_utils/u.py", "roles/edge_cpu/tasks/main.yml",
-                     "roles/edge_power/tasks/main.yml"):
-        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / relative).write_text("v1\n")
-    before = code_digests(["edge_cpu", "edge_power"], str(tmp_path))
-    (tmp_path / "roles/edge_cpu/README.md").write_text("documentation only\n")
-    assert code_digests(["edge_cpu", "edge_power"], str(tmp_path)) == before
-    (tmp_path / "roles/edge_cpu/tasks/main.yml").write_text("v2\n")
-    after = code_digests(["edge_cpu", "edge_power"], str(tmp_path))
-    assert after["edge_cpu"] != before["edge_cpu"] and after["edge_power"] == before["edge_power"]
-    (tmp_path / "plugins/module_utils/u.py").write_text("v2\n")
-    assert code_digests(["edge_power"], str(tmp_path))["edge_power"] != before["edge_power"]
+    from ansible_collections.edgetune.fleet.plugins.lookup.collection_file import COLLECTION_ROOT
+    from ansible_collections.edgetune.fleet.plugins.module_utils import edge_code
+    found = code_digests(edge_plan.RECORDED_ROLES)
+    assert code_digests(edge_plan.RECORDED_ROLES) == found
+    assert len(set(found.values())) == len(edge_plan.RECORDED_ROLES)
+    shipped = {"edge_boot": [f["src"] for f in edge_plan.boot_part()["program_files"]]}
+    assert found == edge_code.role_code_digests(edge_plan.RECORDED_ROLES, COLLECTION_ROOT, shipped)
+    facts, profile = board("orin-nx")
+    checked = intent.validate({}, SPECS, facts=facts, profile=profile)
+    plan = edge_plan.build(checked["intent"], facts, profile, checked["partition"], checked["slice"], code=found)
+    assert dict((role, part["inputs"]["code"]) for role, part in plan["audit"]["roles"].items()) == found
+
+
+def test_the_slice_has_one_name_for_every_role():
+    """edge_cgroups_slice names the slice part, and the runtime and netqos parts take it from there."""
+    facts, profile = board("orin-nx")
+    for values in ({}, {"edge_cgroups_slice": "llm.slice"}, {"edge_cgroups_slice": "llm.slice",
+                                                             "edge_runtime_slice": "llm.slice",
+                                                             "edge_netqos_cgroup": "llm.slice"},
+                   {"edge_cgroups_enabled": False, "edge_cgroups_slice": "llm.slice"}):
+        checked = intent.validate(values, SPECS, facts=facts, profile=profile)
+        assert checked["problems"] == [], checked["problems"]
+        plan = edge_plan.build(checked["intent"], facts, profile, checked["partition"], checked["slice"])
+        name = values.get("edge_cgroups_slice", "ai-infer.slice")
+        assert plan["slice"]["name"] == plan["runtime"]["slice"] == plan["netqos"]["slice"] == name
+
+
+def test_the_netqos_record_follows_the_slice_name():
+    options = dict((role, list(opts)) for role, opts in SPECS.items())
+    facts, profile = board("orin-nx")
+
+    def netqos_inputs(values):
+        checked = intent.validate(dict(values, edge_netqos_interfaces=["eth0"], edge_netqos_rate="1gbit"),
+                                  SPECS, facts=facts, profile=profile)
+        plan = edge_plan.build(checked["intent"], facts, profile, checked["partition"], checked["slice"],
+                               role_options=options)
+        return plan["audit"]["roles"]["edge_netqos"]["inputs"]
+
+    before, after = netqos_inputs({}), netqos_inputs({"edge_cgroups_slice": "llm.slice"})
+    assert sorted(before["plan"]) == ["netqos"]
+    assert before["plan"]["netqos"] != after["plan"]["netqos"]
+    assert netqos_inputs({}) == before
