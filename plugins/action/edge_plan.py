@@ -6,46 +6,25 @@ The validation is edge_validate's (every role's variables, all problems at
 once); the plan is plugins/module_utils/edge_plan.py's build(), from the
 validated intent and the board (ansible_facts.edge, edge_facts_profile). The
 plan is published as the fact ``edge_plan`` (``ansible_facts.edge_plan``),
-which the roles apply and `edgetune plan` prints. Nothing runs on the device.
-The documentation is plugins/modules/edge_plan.py.
+which the roles apply and `edgetune plan` prints. Nothing runs on the device,
+except on a refusal in a run that took the apply lease: it is given back, since
+a refused run changes nothing. The documentation is plugins/modules/edge_plan.py.
 """
-import hashlib
-import os
-
 from ansible.errors import AnsibleActionFail
 
+from ansible_collections.edgetune.fleet.plugins.action.edge_lease import this_run
 from ansible_collections.edgetune.fleet.plugins.action.edge_validate import ActionModule as ValidateAction, load_specs
 from ansible_collections.edgetune.fleet.plugins.lookup.collection_file import COLLECTION_ROOT
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_plan
-
-# What renders a role's desired state besides the inventory: its own files and
-# the modules (which the roles also install on the device as boot commands).
-SHARED_CODE = ("plugins/modules", "plugins/module_utils")
-
-
-def _tree_digest(digest, root, relative):
-    for directory, dirs, names in os.walk(os.path.join(root, relative)):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(names):
-            if name == "README.md" or name.endswith(".pyc"):
-                continue
-            path = os.path.join(directory, name)
-            digest.update(os.path.relpath(path, root).encode() + b"\0")
-            with open(path, "rb") as handle:
-                digest.update(handle.read() + b"\0")
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_code, edge_plan
 
 
 def code_digests(roles, root=COLLECTION_ROOT):
-    """{role: sha1 of its role directory and the modules}: a new edgetune changes the recorded inputs."""
-    shared = hashlib.sha1()
-    for relative in SHARED_CODE:
-        _tree_digest(shared, root, relative)
-    found = {}
-    for role in roles:
-        digest = shared.copy()
-        _tree_digest(digest, root, os.path.join("roles", role))
-        found[role] = digest.hexdigest()
-    return found
+    """{role: sha1 of the role's own code}: its role files, the modules and plugins its tasks
+    name and the module utilities they import (plugins/module_utils/edge_code.py), so that a
+    new edgetune changes the recorded inputs of the roles whose code changed, and only those.
+    edge_boot installs the program files the plan names. Once per process."""
+    shipped = {"edge_boot": [f["src"] for f in edge_plan.boot_part()["program_files"]]}
+    return edge_code.cached_role_code_digests(roles, root, shipped)
 
 
 class ActionModule(ValidateAction):
@@ -63,6 +42,7 @@ class ActionModule(ValidateAction):
         role = self._task.args.get("role")
         checked = self.check_intent(result, task_vars, refused_by=[role] if role else [], artifacts=not role)
         if result.get("failed"):
+            self.give_lease_back(task_vars)
             return result
         if not result.get("board"):
             raise AnsibleActionFail("edge_plan needs the board: run role edgetune.fleet.edge_facts first "
@@ -74,9 +54,19 @@ class ActionModule(ValidateAction):
             plan = edge_plan.build(checked["intent"], facts, profile, checked["partition"], checked["slice"],
                                    role_options=role_options, code=code_digests(edge_plan.RECORDED_ROLES))
         except edge_plan.PlanError as exc:
+            self.give_lease_back(task_vars)
             raise AnsibleActionFail("%s: cannot plan the device: %s"
                                     % (task_vars.get("inventory_hostname", "this host"), exc)) from None
         result.update(plan=plan, ansible_facts={"edge_plan": plan},
                       msg="planned: inference CPUs %s, housekeeping %s"
                           % (plan["cpu"]["inference_list"] or "none", plan["cpu"]["housekeeping_list"]))
         return result
+
+    def give_lease_back(self, task_vars):
+        """A refused run changes nothing: the apply lease its first execution took goes back."""
+        read = task_vars.get("__edge_facts_read") or {}
+        if not (read.get("lease") or {}).get("taken") or self._play_context.check_mode:
+            return
+        holder, _controller = this_run(task_vars)
+        self._execute_module(module_name="edgetune.fleet.edge_lease",
+                             module_args={"state": "released", "holder": holder}, task_vars=task_vars)

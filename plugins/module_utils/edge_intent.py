@@ -40,6 +40,10 @@ PLAYBOOK_OPTIONS = {
     "edge_reboot_timeout": {"type": "int", "default": 600},
     "edge_deploy_serial": {"type": "raw", "default": 1},
     "edge_deploy_max_fail_percentage": {"type": "int", "default": 0},
+    "edge_lease_wait": {"type": "int", "default": 600,
+                        "description": "seconds an apply waits for another apply's lease on the device"},
+    "edge_lease_ttl": {"type": "int", "default": 3600,
+                       "description": "seconds an apply's lease on the device is valid (longer than the run)"},
 }
 PLAYBOOKS = "playbooks"
 # Variables that moved: read under the old name (with a warning) until 0.4.0
@@ -57,6 +61,12 @@ REMOVED = dict.fromkeys(
 # The CPU split: typed and checked whenever a role that uses it is checked.
 CPU_OPTIONS = ("edge_cpu_isolate", "edge_cpu_housekeeping", "edge_cpu_allow_cpu0")
 CPU_ROLES = ("edge_bootargs", "edge_cpu", "edge_cgroups", "edge_power", "edge_runtime")
+# The inference slice has one name, role edge_cgroups's (the plan gives it to the
+# runtime and to the classifier); the roles that use it get it checked with them.
+# Their old names for it are read only to refuse another value: unset or "" is
+# fine, and so is the same name.
+SLICE_OPTION = "edge_cgroups_slice"
+SLICE_ALIASES = {"edge_runtime_slice": "edge_runtime", "edge_netqos_cgroup": "edge_netqos"}
 # Set by the playbooks while they run (never intent).
 PLAYBOOK_EXPORTS = ("edge_reboot_reasons", "edge_reboot_result", "edge_reboot_verify", "edge_audit_result")
 
@@ -524,6 +534,8 @@ class _Checker(object):
         for name in ("edge_reboot_max_fail_percentage", "edge_deploy_max_fail_percentage"):
             self.int_range(name, 0, 100, " (percent)")
         self.int_range("edge_reboot_timeout", 30, None, " seconds")
+        self.int_range("edge_lease_wait", 0, 86400, " seconds")
+        self.int_range("edge_lease_ttl", 60, 604800, " seconds")
 
     # ------------------------------------------------------------ edge_facts
     def edge_facts(self):
@@ -614,14 +626,34 @@ class _Checker(object):
             self.int_range("edge_cpu_vm_stat_interval", 1, 3600, " seconds")
             self.int_range("edge_cpu_numa_balancing", 0, 3)
 
+    # ------------------------------------------------------------ the slice's name
+    def slice_name(self):
+        """edge_cgroups_slice, the one name of the inference slice, for every role that uses it."""
+        if self.ok(SLICE_OPTION):
+            why = slice_name_problem(self.v[SLICE_OPTION])
+            if why:
+                self.problem(SLICE_OPTION, why)
+
+    def slice_alias(self, name):
+        """An old name of the slice (edge_runtime_slice, edge_netqos_cgroup): unset, "" or edge_cgroups_slice's."""
+        self.slice_name()
+        if not self.ok(name) or self.v[name] in ("", None) or not self.ok(SLICE_OPTION):
+            return
+        slice_name = self.v[SLICE_OPTION]
+        if self.v[name] != slice_name:
+            self.problem(name, "differs from %s = %s: the inference slice has one name, %s's (role edge_cgroups "
+                               "creates it, edge_runtime runs the service in it and edge_netqos classifies its "
+                               "sockets, all from the plan); %s is only read for compatibility; allowed: unset, "
+                               "\"\" or %s (set %s instead)"
+                         % (SLICE_OPTION, show(slice_name), SLICE_OPTION, name, show(slice_name), SLICE_OPTION))
+
     # ------------------------------------------------------------ edge_cgroups
     def edge_cgroups(self):
         v = self.v
         if self.ok("edge_cgroups_enabled") and not v["edge_cgroups_enabled"]:
             return
         self.device_path("edge_cgroups_lib_dir")
-        if self.ok("edge_cgroups_slice") and slice_name_problem(v["edge_cgroups_slice"]):
-            self.problem("edge_cgroups_slice", slice_name_problem(v["edge_cgroups_slice"]))
+        self.slice_name()
         names = ("edge_cgroups_slice", "edge_cgroups_cpu_weight", "edge_cgroups_cpu_quota", "edge_cgroups_memory_max",
                  "edge_cgroups_memory_high", "edge_cgroups_io_weight", "edge_cgroups_rt_runtime_us",
                  "edge_cgroups_probe_priority")
@@ -804,6 +836,7 @@ class _Checker(object):
     # ------------------------------------------------------------ edge_netqos
     def edge_netqos(self):
         v = self.v
+        self.slice_alias("edge_netqos_cgroup")
         for name in ("edge_netqos_config_file", "edge_netqos_loader_path", "edge_netqos_share_dir",
                      "edge_netqos_python"):
             self.device_path(name)
@@ -823,8 +856,11 @@ class _Checker(object):
         keys = netqos.SETTING_KEYS
         for key in keys:
             name = "edge_netqos_" + key
-            if name in v and not self.report.bad(name) and not (key == "rate" and not v[name]):
+            if key != "cgroup" and name in v and not self.report.bad(name) and not (key == "rate" and not v[name]):
                 config[key] = v[name]
+        # The sockets of the inference slice (the plan's netqos part: edge_cgroups_slice).
+        if self.ok(SLICE_OPTION):
+            config["cgroup"] = v[SLICE_OPTION]
         # Each setting on its own first, so that the message names its variable.
         rate = None
         if config.get("rate"):
@@ -853,13 +889,7 @@ class _Checker(object):
             except netqos.NetQosError as exc:
                 self.problem("edge_netqos_ports", "%s; allowed: at most %d ports 1-65535 (numbers or ranges such "
                                                   "as 9000-9003)" % (exc, netqos.MAX_PORTS))
-        if "cgroup" in config:
-            try:
-                netqos.normalize_cgroup(config["cgroup"])
-            except netqos.NetQosError as exc:
-                self.problem("edge_netqos_cgroup", "%s; allowed: a slice name such as ai-infer.slice, a path "
-                                                   "under the cgroup v2 root, or \"\"" % exc)
-        if self.report.bad(*("edge_netqos_" + k for k in keys)):
+        if self.report.bad(SLICE_OPTION, *("edge_netqos_" + k for k in keys)):
             return
         seen = set()
         for entry in v["edge_netqos_interfaces"]:
@@ -887,7 +917,9 @@ class _Checker(object):
                 target = "edge_netqos_interfaces" if overrides else None
                 if target is None:
                     mentioned = [k for k in keys if re.search(r"\b%s\b" % k, message.split(": ", 1)[-1])]
-                    target = "edge_netqos_" + mentioned[0] if mentioned else "edge_netqos_interfaces"
+                    target = ("edge_netqos_" + mentioned[0] if mentioned else "edge_netqos_interfaces")
+                    if target == "edge_netqos_cgroup":
+                        target = SLICE_OPTION
                     if "nothing to classify" in message:
                         target = "edge_netqos_ports"
                     if "rate is missing" in message:
@@ -898,6 +930,7 @@ class _Checker(object):
     # ------------------------------------------------------------ edge_runtime
     def edge_runtime(self):
         v = self.v
+        self.slice_alias("edge_runtime_slice")
         if self.ok("edge_runtime_enabled") and not v["edge_runtime_enabled"]:
             return
         for name in ("edge_runtime_cache_dir", "edge_runtime_root", "edge_runtime_python"):
@@ -956,10 +989,6 @@ class _Checker(object):
                 elif isinstance(value, (dict, list)) or value is None or "\n" in str(value):
                     self.problem("edge_runtime_env", "%s=%s: allowed: one-line strings or numbers"
                                  % (key, show(value)))
-        if self.ok("edge_runtime_slice"):
-            why = slice_name_problem(v["edge_runtime_slice"])
-            if why:
-                self.problem("edge_runtime_slice", why)
         if self.ok("edge_runtime_cpus"):
             cpus = v["edge_runtime_cpus"].strip()
             if cpus == "":
@@ -1234,6 +1263,9 @@ def validate(values, specs, facts=None, profile=None, roles=None, present=(), ex
         # The roles that use the CPU split get it checked with them.
         options += [(name, (specs.get("edge_cpu") or {})[name]) for name in CPU_OPTIONS
                     if name in (specs.get("edge_cpu") or {})]
+    if "edge_cgroups" not in roles and set(roles) & set(SLICE_ALIASES.values()) \
+            and SLICE_OPTION in (specs.get("edge_cgroups") or {}):
+        options.append((SLICE_OPTION, specs["edge_cgroups"][SLICE_OPTION]))
     for name, spec in options:
         raw = given[name] = values[name] if name in values else spec.get("default")
         try:

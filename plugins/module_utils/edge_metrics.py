@@ -124,6 +124,18 @@ def device_samples(host, results, samples=None):
     return samples
 
 
+def with_new_timestamp(text, finished_at):
+    """A textfile ``text`` (the last audit's, or None) with its last-run timestamp set to ``finished_at``:
+    what the timer writes when it skips an audit because an apply holds the device, so that the
+    skipped run counts as a run (not a dead timer) and the last results stand."""
+    name = "edgetune_audit_last_run_timestamp_seconds"
+    sample = "%s %s" % (name, format_value(finished_at))
+    lines = (text or "").splitlines()
+    if any(line.split(" ", 1)[0] == name for line in lines):
+        return "\n".join(sample if line.split(" ", 1)[0] == name else line for line in lines) + "\n"
+    return (text or "") + render({name: [({}, finished_at)]}, DEVICE)
+
+
 def device_textfile(host, results, finished_at):
     """The on-device audit timer's textfile (node_exporter's textfile collector)."""
     samples = device_samples(host, results)

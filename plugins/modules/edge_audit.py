@@ -149,6 +149,7 @@ summary:
 
 import os  # noqa: E402
 import sys  # noqa: E402
+import time  # noqa: E402
 
 # Run as the on-device command (the timer's), not as an Ansible module.
 ON_DEVICE = __name__ == "__main__" and bool({"--checks", "--records"} & set(a.split("=")[0] for a in sys.argv[1:]))
@@ -158,7 +159,9 @@ if ON_DEVICE:
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import (  # noqa: E402
     STATES, audit, audit_records, prometheus_text)
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_lease  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_metrics import with_new_timestamp  # noqa: E402
 
 
 def cli(argv):
@@ -171,7 +174,21 @@ def cli(argv):
     source.add_argument("--checks", help="JSON file of checks ({\"checks\": [...]})")
     parser.add_argument("--prometheus", help="write a node_exporter textfile here")
     parser.add_argument("--root", default="/")
+    parser.add_argument("--lease", default=edge_lease.LEASE_FILE, help="the apply lease (an apply holds it: skip)")
     args = parser.parse_args(argv)
+    held = edge_lease.peek(path=args.lease)
+    if held is not None:
+        # An apply is changing the device: its state is in flux. Skip, say so in the journal, and
+        # stamp the last textfile so that a long apply does not look like a dead timer.
+        sys.stdout.write("skipped: an apply holds the device: %s\n" % edge_lease.describe(held))
+        if args.prometheus:
+            try:
+                with open(args.prometheus) as handle:
+                    previous = handle.read()
+            except OSError:
+                previous = None
+            atomic_write(args.prometheus, with_new_timestamp(previous, time.time()), backup=False, mode=0o644)
+        return 0
     if args.records:
         results, summary = audit_records(args.root, args.records)
     else:

@@ -21,7 +21,12 @@ description:
     the installed TensorRT and RKNN runtimes and the Python the module runs with.
   - The preflight's one read of the device. Everything the intent is validated against before any
     change (CPUs, governors and frequencies, devfreq nodes, memory, RT throttling) is here.
-  - Publishes them as C(ansible_facts.edge). Reads only; never writes.
+  - Publishes them as C(ansible_facts.edge). Reads only, except the apply lease when O(lease) is given.
+  - With O(lease) (every apply sets it in its first device execution), it first takes the device's apply
+    lease (C(/run/edgetune/apply.lease)) so that two applies never interleave their writes; see
+    P(edgetune.fleet.edge_lease#module). Its action plugin fills in the holder (the run of
+    ansible-playbook on this controller) and takes over the lease of a run of this controller that has
+    ended. In check mode it only reports a lease another run holds.
   - Matching the board to a curated profile is done by the C(edge_facts) role, on the controller.
 version_added: "0.1.0"
 author:
@@ -31,9 +36,35 @@ options:
     description: Root of the tree to read, for tests on fixture trees.
     type: path
     default: /
+  lease:
+    description:
+      - Take the apply lease before reading (an apply's first device execution).
+      - C(holder) and C(ended_run) are filled in by the action plugin.
+    type: dict
+    suboptions:
+      ttl:
+        description: Seconds the lease is valid; an apply longer than this can be taken over.
+        type: int
+        default: 3600
+      wait:
+        description: Seconds to wait while another run holds the lease, then fail naming it (0 returns at once).
+        type: int
+        default: 600
+      holder:
+        description: The run taking the lease (C(run_id), C(controller), C(user), C(playbook)).
+        type: dict
+      ended_run:
+        description: The run id of a run the controller knows has ended; its lease is taken over.
+        type: str
+      path:
+        description: The lease file.
+        type: path
+        default: /run/edgetune/apply.lease
 attributes:
   check_mode:
-    description: Reads only, so a check mode run gathers the same facts as a real one.
+    description: >-
+      Reads only (the lease too, which is never taken or waited for), so a check mode run gathers the
+      same facts as a real one.
     support: full
   diff_mode:
     description: Changes nothing, so there is no difference to show.
@@ -57,6 +88,27 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+lease:
+  description: The apply lease, with O(lease).
+  returned: when O(lease) is given
+  type: dict
+  contains:
+    taken:
+      description: Whether this run holds the lease now (false in check mode).
+      type: bool
+      returned: always
+    held_by:
+      description: The lease of another run that holds the device (described), else null.
+      type: dict
+      returned: always
+    took_over:
+      description: The ended, expired or earlier boot's lease this run took over, described; else null.
+      type: str
+      returned: always
+    waited_s:
+      description: Seconds waited for another run's lease.
+      type: float
+      returned: always
 ansible_facts:
   description: Facts under the key C(edge).
   returned: always
@@ -228,6 +280,8 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_board import (
     bsp_release, cgroup_mode, cpu_topology, detect_bootloader, device_tree, devfreq_nodes,
     kernel_config, kernel_features, l4t_release, memory_kb, read, rt_throttle, soc_family, systemd_device_units,
     systemd_version)
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_lease
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 
 
 def python_link(executable):
@@ -275,9 +329,36 @@ def gather(root, run_command, which):
     }
 
 
+LEASE_SPEC = {"ttl": {"type": "int", "default": 3600}, "wait": {"type": "int", "default": 600},
+              "holder": {"type": "dict"}, "ended_run": {"type": "str"},
+              "path": {"type": "path", "default": edge_lease.LEASE_FILE}}
+
+
+def lease_step(options, check_mode):
+    """Take (or, in check mode, look at) the apply lease: the module's ``lease`` result."""
+    if check_mode:
+        other = edge_lease.peek((options["holder"] or {}).get("run_id"), options["path"])
+        return {"taken": False, "took_over": None, "waited_s": 0, "held_by": other}
+    found = edge_lease.take(options["holder"] or {}, options["ttl"], options["wait"], options["path"],
+                            ended_run=options["ended_run"])
+    return {"taken": found["held_by"] is None, "took_over": found["took_over"], "waited_s": found["waited_s"],
+            "held_by": found["held_by"]}
+
+
 def main():
-    module = AnsibleModule(argument_spec={"root": {"type": "path", "default": "/"}},
+    module = AnsibleModule(argument_spec={"root": {"type": "path", "default": "/"},
+                                          "lease": {"type": "dict", "options": LEASE_SPEC}},
                            supports_check_mode=True)
+    extra = {}
+    if module.params["lease"]:
+        try:
+            extra["lease"] = lease_step(module.params["lease"], module.check_mode)
+        except (EdgeError, OSError) as exc:
+            module.fail_json(msg=str(exc), lease={"taken": False,
+                                                  "held_by": getattr(exc, "details", {}).get("holder")})
+        if extra["lease"]["held_by"] is not None and not module.check_mode:
+            # Another run holds it and the action plugin asked not to wait yet: no facts this time.
+            module.exit_json(changed=False, **extra)
 
     def run_command(argv):
         return module.run_command(argv)
@@ -289,7 +370,8 @@ def main():
         facts = gather(module.params["root"], run_command, which)
     except (OSError, ValueError) as exc:
         module.fail_json(msg="edge_facts could not read the board: %s" % exc)
-    module.exit_json(changed=False, ansible_facts={"edge": facts})
+    # The lease is bookkeeping of the run, not a setting: a run that changes nothing reports no change.
+    module.exit_json(changed=False, ansible_facts={"edge": facts}, **extra)
 
 
 if __name__ == "__main__":

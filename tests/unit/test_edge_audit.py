@@ -283,6 +283,24 @@ def test_on_device_command_writes_the_textfile_and_exits_1_on_drift(tmp_path):
     # Every kind the roles publish is evaluated on the device too (edge_cpu's IRQ checks).
     assert 'setting="IRQ affinity",role="edge_cpu",state="ok"} 1' in prom.read_text(), run.stdout
 
+    # While an apply holds the device, the timer skips: it says so, keeps the last results and
+    # stamps the textfile, so that a long apply does not look like a dead timer.
+    lease_file = tmp_path / "apply.lease"
+    lease_file.write_text(json.dumps({"format": 1, "run_id": "ctl:1:2", "controller": "ctl", "user": "ops",
+                                      "playbook": "site.yml", "since": 1.0, "expires": 4e9,
+                                      "boot_id": open("/proc/sys/kernel/random/boot_id").read().strip()}))
+    before = prom.read_text()
+    skipped = subprocess.run([sys.executable, str(install / "edge_audit.py"), "--records", RECORD_DIR,
+                              "--prometheus", str(prom), "--root", str(root), "--lease", str(lease_file)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    assert skipped.returncode == 0, skipped.stderr
+    assert skipped.stdout.startswith("skipped: an apply holds the device: controller ctl, user ops, playbook site.yml")
+    after = prom.read_text()
+    stamp = [line for line in after.splitlines() if line.startswith("edgetune_audit_last_run_timestamp_seconds ")]
+    assert len(stamp) == 1 and stamp[0] not in before
+    assert [line for line in after.splitlines() if not line.startswith("edgetune_audit_last_run")] == \
+        [line for line in before.splitlines() if not line.startswith("edgetune_audit_last_run")]
+
 
 # --------------------------------------------------------------------------
 # irq_affinity: an RK3588-like tree (housekeeping 0-3, inference 4-7)

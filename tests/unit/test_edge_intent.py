@@ -254,12 +254,35 @@ def test_no_yaml_boolean_strings_where_a_bool_is_specified(name, value):
 
 @pytest.mark.parametrize("value", ["ai/infer.slice", "system.slice", "ai-infer", "ai infer.slice", "-.slice",
                                    "ai--infer.slice"])
-def test_runtime_slice_must_be_a_slice_of_its_own(value):
-    assert "is not a slice of its own" in only({"edge_runtime_slice": value})
+def test_the_slice_must_be_a_slice_of_its_own(value):
+    assert "is not a slice of its own" in only({"edge_cgroups_slice": value})
 
 
-def test_cgroups_slice_name_too():
-    assert "is not a slice of its own" in only({"edge_cgroups_slice": "ai/infer.slice"})
+@pytest.mark.parametrize("roles", [None, ["edge_runtime"], ["edge_netqos"]])
+def test_the_slice_name_is_checked_for_the_roles_that_use_it(roles):
+    assert "is not a slice of its own" in only({"edge_cgroups_slice": "ai/infer.slice"}, roles=roles)
+
+
+@pytest.mark.parametrize("alias", ["edge_runtime_slice", "edge_netqos_cgroup"])
+def test_the_old_slice_names_may_only_repeat_edge_cgroups_slice(alias):
+    # Unset, "" or the same name: fine.
+    assert problems({}) == {}
+    assert problems({alias: ""}) == {}
+    assert problems({alias: "ai-infer.slice"}) == {}
+    assert problems({alias: "llm.slice", "edge_cgroups_slice": "llm.slice"}) == {}
+    # Another name: one message naming both variables and values.
+    message = only({alias: "llm.slice"})
+    assert message.startswith('%s = "llm.slice": differs from edge_cgroups_slice = "ai-infer.slice"' % alias), message
+    assert "allowed: unset, \"\" or \"ai-infer.slice\"" in message
+    message = only({alias: "ai-infer.slice", "edge_cgroups_slice": "llm.slice"})
+    assert 'differs from edge_cgroups_slice = "llm.slice"' in message
+    # Also in the role's own check, where edge_cgroups is not among the roles checked.
+    role = alias.rsplit("_", 1)[0]
+    found = problems({alias: "llm.slice", "edge_cgroups_slice": "gpu.slice"}, roles=[role])
+    assert list(found) == [alias] and 'differs from edge_cgroups_slice = "gpu.slice"' in found[alias]
+    # A bad edge_cgroups_slice is reported for itself, not as a difference.
+    found = problems({alias: "ai/infer.slice", "edge_cgroups_slice": "ai/infer.slice"})
+    assert list(found) == ["edge_cgroups_slice"], found
 
 
 def test_runtime_cpus_the_board_lacks():
@@ -309,8 +332,10 @@ def test_netqos_ports_and_rates_are_checked_whatever_the_host_can_run():
 def test_netqos_needs_a_rate_and_something_to_classify():
     found = problems({"edge_netqos_interfaces": ["eth0"], "edge_netqos_ports": [8470]})
     assert "edge_netqos_rate" in found and "rate is missing" in found["edge_netqos_rate"]
-    found = problems({"edge_netqos_interfaces": ["eth0"], "edge_netqos_rate": "1gbit", "edge_netqos_cgroup": ""})
-    assert "nothing to classify" in found["edge_netqos_ports"]
+    # The inference slice (edge_cgroups_slice) is always classified; an interface may leave it out.
+    assert problems({"edge_netqos_interfaces": ["eth0"], "edge_netqos_rate": "1gbit"}) == {}
+    found = problems({"edge_netqos_interfaces": [{"name": "eth0", "cgroup": ""}], "edge_netqos_rate": "1gbit"})
+    assert "nothing to classify" in found["edge_netqos_interfaces"]
 
 
 def test_netqos_ports_must_be_a_list_and_interfaces_named_once():
