@@ -51,15 +51,22 @@ class ActionModule(ValidateAction):
         profile = self._templar.template(task_vars.get("edge_facts_profile"))
         try:
             role_options = dict((role, list(options)) for role, options in load_specs()[0].items())
+            # An apply's first device execution read the records (ansible_facts.edge_applied): roles whose
+            # last apply is current and holds are skipped; --tags full (or edge_converge_full) runs them all.
+            applied = (task_vars.get("ansible_facts") or {}).get("edge_applied")
             plan = edge_plan.build(checked["intent"], facts, profile, checked["partition"], checked["slice"],
-                                   role_options=role_options, code=code_digests(edge_plan.RECORDED_ROLES))
+                                   role_options=role_options, code=code_digests(edge_plan.RECORDED_ROLES),
+                                   applied=self._templar.template(applied) if applied is not None else None,
+                                   full="full" in (task_vars.get("ansible_run_tags") or []))
         except edge_plan.PlanError as exc:
             self.give_lease_back(task_vars)
             raise AnsibleActionFail("%s: cannot plan the device: %s"
                                     % (task_vars.get("inventory_hostname", "this host"), exc)) from None
+        skipped = sorted(plan["converge"]["skip"])
         result.update(plan=plan, ansible_facts={"edge_plan": plan},
-                      msg="planned: inference CPUs %s, housekeeping %s"
-                          % (plan["cpu"]["inference_list"] or "none", plan["cpu"]["housekeeping_list"]))
+                      msg="planned: inference CPUs %s, housekeeping %s%s"
+                          % (plan["cpu"]["inference_list"] or "none", plan["cpu"]["housekeeping_list"],
+                             "; current, skipped: %s" % ", ".join(skipped) if skipped else ""))
         return result
 
     def give_lease_back(self, task_vars):

@@ -400,6 +400,8 @@ def audit(checks, root="/"):
 
 
 RECORD_VERSION = 1
+# Where role edge_record keeps the apply records (the plan's audit.record_dir).
+RECORD_DIR = "/etc/edgetune/applied"
 
 
 def record_path(record_dir, role):
@@ -451,7 +453,7 @@ def _applied_result(role, state, detail):
             "desired": None, "persisted": None, "running": None}
 
 
-def audit_records(root="/", record_dir="/etc/edgetune/applied", expected=None):
+def audit_records(root="/", record_dir=RECORD_DIR, expected=None):
     """Evaluate the checks of every role's record.
 
     ``expected``: {role: {"enabled", "inputs"}} from today's plan (the
@@ -490,6 +492,33 @@ def audit_records(root="/", record_dir="/etc/edgetune/applied", expected=None):
     results += audit(checks, root)[0]
     summary = dict((state, sum(1 for r in results if r["state"] == state)) for state in STATES)
     return results, summary
+
+
+# States in which a recorded check lets its role be skipped: the setting is as applied, or the board
+# cannot have it. pending-reboot is not one: the role must run to ask for the reboot.
+HOLDING = ("ok", "unsupported")
+
+
+def applied_state(root="/", record_dir=RECORD_DIR):
+    """What an apply's first device execution tells the controller of the last apply: {role: {"inputs":
+    the recorded inputs, "holds": whether every recorded check holds now, "not_holding": the first
+    settings that do not, with their state}}; a record that cannot be read is left out (its role runs)."""
+    try:
+        names = sorted(n[:-5] for n in os.listdir(_under(root, record_dir)) if n.endswith(".json"))
+    except OSError:
+        return {}
+    state = {}
+    for role in names:
+        try:
+            record = read_record(root, record_dir, role)
+        except ValueError:
+            continue
+        if record is None:
+            continue
+        results = audit(record["checks"], root)[0]
+        failing = ["%s: %s" % (r["setting"], r["state"]) for r in results if r["state"] not in HOLDING]
+        state[role] = {"inputs": record.get("inputs"), "holds": not failing, "not_holding": failing[:3]}
+    return state
 
 
 def prometheus_text(host, results, finished_at=None):

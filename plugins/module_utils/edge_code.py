@@ -109,8 +109,7 @@ def _statements(body):
         for field in ("body", "orelse", "finalbody", "handlers"):
             nested = getattr(node, field, None)
             if isinstance(nested, list):
-                for inner in _statements(nested):
-                    yield inner
+                yield from _statements(nested)
 
 
 def python_imports(relative, root):

@@ -40,6 +40,9 @@ PLAYBOOK_OPTIONS = {
     "edge_reboot_timeout": {"type": "int", "default": 600},
     "edge_deploy_serial": {"type": "raw", "default": 1},
     "edge_deploy_max_fail_percentage": {"type": "int", "default": 0},
+    "edge_converge_full": {"type": "bool", "default": False,
+                           "description": "run every role in full, also those whose last apply is current and holds "
+                                          "(as --tags full)"},
     "edge_lease_wait": {"type": "int", "default": 600,
                         "description": "seconds an apply waits for another apply's lease on the device"},
     "edge_lease_ttl": {"type": "int", "default": 3600,

@@ -26,7 +26,7 @@ parts still need from it).
 import hashlib
 import json
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit, edge_boot
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import compute_threads
 
@@ -54,7 +54,7 @@ RECORDED_ROLES = {
     "edge_audit_timer": (),
     "edge_boot": ("boot",),
 }
-RECORD_DIR = "/etc/edgetune/applied"
+RECORD_DIR = edge_audit.RECORD_DIR
 # Plan fields that describe the running device, not its desired state: they
 # change across the apply's own reboot (a power mode that brings a cluster
 # online; MemTotal, which a NN% memory limit is resolved against, moves by
@@ -324,7 +324,42 @@ def _recorded(role, intent):
     return bool(intent.get(role + "_enabled", True))
 
 
-def build(intent, facts, profile, partition, slice_values=None, role_options=None, code=None):
+# Roles a converge never skips: the runtime's record does not cover the release it serves (a new build
+# picked by `auto` is no change of its recorded inputs), so its deploy always runs and decides.
+NEVER_SKIPPED = ("edge_runtime",)
+
+
+def converge_part(audit, applied, full=False):
+    """Which roles an apply skips: {"full", "skip": {role: reason}, "run": {role: reason}}.
+
+    A role is skipped when its record (``applied``, what the apply's first device execution read:
+    ansible_facts.edge_applied) has today's inputs (intent, plan part, code) and every recorded check
+    holds now, so that a run that changes nothing costs what the audit costs. ``applied`` None (not an
+    apply) or ``full`` (edge_converge_full, or --tags full) runs every role."""
+    decisions = {"full": bool(full), "skip": {}, "run": {}}
+    for role, entry in sorted((audit.get("roles") or {}).items()):
+        if not entry.get("enabled"):
+            continue
+        record = (applied or {}).get(role)
+        if full or applied is None:
+            why = "full converge asked for" if full else "not an apply"
+        elif role in NEVER_SKIPPED:
+            why = "always runs (its deploy decides)"
+        elif record is None:
+            why = "never applied here"
+        else:
+            changes = edge_audit.inputs_changes(record.get("inputs"), entry.get("inputs"))
+            why = ("changed since the last apply: " + "; ".join(changes) if changes else
+                   None if record.get("holds") else "drifted: " + ", ".join(record.get("not_holding") or []))
+        if why is None:
+            decisions["skip"][role] = "current and holds"
+        else:
+            decisions["run"][role] = why
+    return decisions
+
+
+def build(intent, facts, profile, partition, slice_values=None, role_options=None, code=None, applied=None,
+          full=False):
     """The plan of one device.
 
     ``intent``: the typed values of every role's variables (defaults filled
@@ -332,7 +367,7 @@ def build(intent, facts, profile, partition, slice_values=None, role_options=Non
     ``partition``: edge_intent.cpu_partition's result; ``slice_values``:
     edge_intent.slice_plan's (quota resolved, memory limits in bytes);
     ``role_options``: {role: option names} and ``code``: {role: digest}, for
-    the audit part.
+    the audit part; ``applied``/``full``: for the converge part (see converge_part).
     """
     if not facts or not profile:
         raise PlanError("no board facts: run role edge_facts before planning")
@@ -360,4 +395,5 @@ def build(intent, facts, profile, partition, slice_values=None, role_options=Non
         "reboot": {"policy": intent.get("edge_reboot_policy", "auto")},
     }
     plan["audit"] = audit_part(intent, plan, role_options or {}, code)
+    plan["converge"] = converge_part(plan["audit"], applied, full or intent.get("edge_converge_full", False))
     return plan

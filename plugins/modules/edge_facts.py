@@ -36,6 +36,13 @@ options:
     description: Root of the tree to read, for tests on fixture trees.
     type: path
     default: /
+  records:
+    description:
+      - The directory of the apply records (role edge_record). Given (an apply's first device execution),
+        every recorded check is evaluated and each role's recorded inputs are returned as
+        C(ansible_facts.edge_applied), so that the plan can skip the roles whose last apply is current
+        and holds, in the same execution.
+    type: path
   lease:
     description:
       - Take the apply lease before reading (an apply's first device execution).
@@ -88,6 +95,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+edge_applied:
+  description: With O(records), per recorded role its recorded C(inputs), whether its checks all hold now
+    (C(holds)) and the first settings that do not (C(not_holding)); published as C(ansible_facts.edge_applied).
+  returned: when O(records) is given
+  type: dict
 lease:
   description: The apply lease, with O(lease).
   returned: when O(lease) is given
@@ -281,6 +293,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_board import (
     kernel_config, kernel_features, l4t_release, memory_kb, read, rt_throttle, soc_family, systemd_device_units,
     systemd_version)
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_lease
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import applied_state
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 
 
@@ -347,6 +360,7 @@ def lease_step(options, check_mode):
 
 def main():
     module = AnsibleModule(argument_spec={"root": {"type": "path", "default": "/"},
+                                          "records": {"type": "path"},
                                           "lease": {"type": "dict", "options": LEASE_SPEC}},
                            supports_check_mode=True)
     extra = {}
@@ -371,7 +385,10 @@ def main():
     except (OSError, ValueError) as exc:
         module.fail_json(msg="edge_facts could not read the board: %s" % exc)
     # The lease is bookkeeping of the run, not a setting: a run that changes nothing reports no change.
-    module.exit_json(changed=False, ansible_facts={"edge": facts}, **extra)
+    published = {"edge": facts}
+    if module.params["records"]:
+        published["edge_applied"] = applied_state(module.params["root"], module.params["records"])
+    module.exit_json(changed=False, ansible_facts=published, **extra)
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def test_a_second_apply_waits_fails_naming_the_first_and_then_gets_it(tmp_path):
     assert lease["run_id"].split(":")[1] == str(first.pid)          # the ansible-playbook process, not a worker
 
     second = start(tmp_path, "second", 3)
-    out, _ = second.communicate(timeout=120)
+    out, _err = second.communicate(timeout=120)
     assert second.returncode != 0
     # Said once while it waits, and the failure is that line's holder and how long it waited.
     said = [line for line in out.splitlines() if line.startswith("localhost: another apply holds this device")]

@@ -628,3 +628,40 @@ def test_netqos_loader_failures_and_other_roots_are_an_error(tmp_path):
     assert result["state"] == "error" and "cannot run the loader" in result["detail"]
     result = evaluate(netqos_check(tmp_path), str(tmp_path))
     assert result["state"] == "error" and "device root only" in result["detail"]
+
+
+# --------------------------------------------------------------------------
+# A converge skips what is current: the records read in the apply's first execution, decided by the plan.
+
+def test_applied_state_says_which_records_hold_now(tmp_path):
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import applied_state
+    root = device(tmp_path, " " + " ".join(ARGS), " " + " ".join(ARGS))
+    assert applied_state(str(root), RECORD_DIR) == {}                   # never applied: every role runs
+    record(root, "edge_bootargs", [cmdline_check()])
+    record(root, "edge_cpu", [cmdline_check(args=["nohz_full=1-3"], setting="other args")])
+    (root / RECORD_DIR.lstrip("/") / "edge_power.json").write_text("{not json")
+    state = applied_state(str(root), RECORD_DIR)
+    assert state["edge_bootargs"] == {"inputs": INPUTS, "holds": True, "not_holding": []}
+    assert state["edge_cpu"]["holds"] is False and state["edge_cpu"]["not_holding"] == ["other args: drifted"]
+    assert "edge_power" not in state                                   # unreadable: the role runs
+
+
+def test_the_plan_skips_only_roles_that_are_current_and_hold():
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_plan import converge_part
+    audit_part = {"roles": {role: {"enabled": True, "inputs": INPUTS}
+                            for role in ("edge_bootargs", "edge_cpu", "edge_power", "edge_runtime", "edge_boot")}}
+    audit_part["roles"]["edge_pcie_qos"] = {"enabled": False, "inputs": INPUTS}
+    changed = dict(INPUTS, code="another")
+    applied = {"edge_bootargs": {"inputs": INPUTS, "holds": True},
+               "edge_cpu": {"inputs": INPUTS, "holds": False, "not_holding": ["IRQ affinity: drifted"]},
+               "edge_power": {"inputs": changed, "holds": True},
+               "edge_runtime": {"inputs": INPUTS, "holds": True}}
+    found = converge_part(audit_part, applied)
+    assert found["skip"] == {"edge_bootargs": "current and holds"}
+    assert found["run"] == {
+        "edge_cpu": "drifted: IRQ affinity: drifted",
+        "edge_power": "changed since the last apply: edgetune's code for this role (its role files or the modules)",
+        "edge_runtime": "always runs (its deploy decides)",
+        "edge_boot": "never applied here"}
+    assert converge_part(audit_part, applied, full=True)["skip"] == {}
+    assert converge_part(audit_part, None)["skip"] == {}               # not an apply (the audit, edgetune plan)

@@ -166,8 +166,7 @@ def _task_modules(tasks):
             if key.startswith("edgetune.fleet."):
                 yield key[len("edgetune.fleet."):]
         for nested in ("block", "rescue", "always"):
-            for name in _task_modules(task.get(nested)):
-                yield name
+            yield from _task_modules(task.get(nested))
 
 
 def test_the_real_collection_every_role_its_own_digest():
