@@ -127,3 +127,11 @@ bench: images artifacts
 	tools/bench-runtime
 	tools/bench-audit
 	/usr/bin/python3 tools/edgetune/bench_netqos.py
+
+# The collection tarball and the CLI's wheel side by side in dist/, built offline with the venv's
+# setuptools and wheel: `ansible-galaxy collection install` the one, `pipx install` the other.
+.PHONY: dist
+dist: venv
+	rm -rf tools/build
+	ansible-galaxy collection build --output-path dist --force .
+	python -m pip wheel -q --no-deps --no-build-isolation --no-index -w dist ./tools

@@ -7,7 +7,7 @@ from test_edge_intent import board
 
 pytestmark = pytest.mark.controller
 
-DEFAULTS = verify.role_defaults(verify.REPO)
+DEFAULTS = verify.role_defaults(verify.CHECKOUT)
 
 
 def plan(name="orin-nx", **intent):

@@ -4,13 +4,19 @@ The tools run a playbook as the operator's own `ansible-playbook` would from
 the current directory: with the ansible.cfg Ansible finds itself
 (ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg, /etc/ansible/ansible.cfg),
 so the operator's ssh_args, ProxyJump, remote_user and inventory apply. Only
-when that setup does not find the collection edgetune.fleet is this
-checkout's link (.cache/collections) added, after the paths it already has.
+when that setup does not find the collection edgetune.fleet, and edgetune runs
+from a checkout, is the checkout's link (.cache/collections) added, after the
+paths it already has.
+
+Imported by edgetune/__init__.py (to make the collection importable): only
+the standard library and edgetune.errors at the top.
 """
+import json
 import os
+import sys
 from pathlib import Path
 
-from edgetune import COLLECTIONS, REPO
+from edgetune import CHECKOUT, COLLECTIONS
 from edgetune.errors import UsageError
 
 NAMESPACE, NAME = "edgetune", "fleet"
@@ -48,30 +54,59 @@ def config_in_effect():
 
 
 def find_collection(collections_paths):
-    """The edgetune.fleet directory the first of these paths holds, or None.
-
-    Ansible also looks on its Python's sys.path; a collection found only there
-    is not seen here, and the checkout's link then comes first (the same code
-    when it is this checkout)."""
+    """The edgetune.fleet directory the first of these paths holds, or None."""
     for base in collections_paths:
+        if not base:
+            continue
         candidate = Path(base).expanduser() / "ansible_collections" / NAMESPACE / NAME
         if candidate.is_dir():
             return candidate
     return None
 
 
+def locate_collection():
+    """(the edgetune.fleet directory Ansible finds from here or None, the paths looked in).
+
+    Ansible's configured collections paths (its ansible.cfg from the current
+    directory, ANSIBLE_COLLECTIONS_PATH), then its Python's sys.path, as
+    Ansible searches. Without ansible-core (or with a config it rejects), the
+    environment variable's paths."""
+    try:
+        paths = config_in_effect().collections_paths
+    except Exception:  # noqa: BLE001 -- no ansible-core here (Python 3.8 unit tests), a broken ansible.cfg
+        paths = [p for p in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep) if p]
+    paths = [str(p) for p in paths] + [p for p in sys.path if p and p not in paths]
+    return find_collection(paths), paths
+
+
+def collection_version(path):
+    """(version, the file it was read from) of the collection at path: an installed collection's
+    MANIFEST.json, a checkout's galaxy.yml; (None, None) when neither says."""
+    path = Path(path)
+    try:
+        manifest = json.loads((path / "MANIFEST.json").read_text())
+        return str(manifest["collection_info"]["version"]), "MANIFEST.json"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    import yaml
+    try:
+        return str(yaml.safe_load((path / "galaxy.yml").read_text())["version"]), "galaxy.yml"
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        return None, None
+
+
 def collection_playbook(config, playbook):
     """(what to give ansible-playbook, environment additions) to run the collection's playbook.
 
-    The collection as the config finds it: by FQCN. Else this checkout's
-    playbooks/<playbook>.yml, with the checkout's link after the config's
+    The collection as the config finds it: by FQCN. Else, run from a checkout,
+    its playbooks/<playbook>.yml, with the checkout's link after the config's
     collection paths (which the environment variable replaces, so they are
     repeated first)."""
     env = {"ANSIBLE_CONFIG": config.path} if config.path else {}
     if find_collection(config.collections_paths):
         return "%s.%s.%s" % (NAMESPACE, NAME, playbook), env
-    in_checkout = REPO / "playbooks" / (playbook + ".yml")
-    if not in_checkout.exists():
+    in_checkout = CHECKOUT / "playbooks" / (playbook + ".yml") if CHECKOUT else None
+    if in_checkout is None or not in_checkout.exists():
         raise UsageError("the collection %s.%s is not installed where %s looks (%s): install it with "
                          "`ansible-galaxy collection install`, or run edgetune from its checkout"
                          % (NAMESPACE, NAME, config.describe(), os.pathsep.join(config.collections_paths)))
@@ -79,22 +114,11 @@ def collection_playbook(config, playbook):
     return str(in_checkout), env
 
 
-def collection_version():
-    """The version in this checkout's galaxy.yml, or None outside a checkout."""
-    import yaml
-    try:
-        return str(yaml.safe_load((REPO / "galaxy.yml").read_text())["version"])
-    except (OSError, KeyError, TypeError, yaml.YAMLError):
-        return None
-
-
 def run_json_playbook(playbook, inventories=(), limit=None, extra_vars=()):
     """Run the collection's playbook (e.g. "preflight") as the operator's ansible-playbook would,
     with Ansible's JSON callback; its report (a dict). For the tools that read results, not events."""
-    import json
     import shutil
     import subprocess
-    import sys
     config = config_in_effect()
     target, env = collection_playbook(config, playbook)
     beside = Path(sys.executable).parent / "ansible-playbook"

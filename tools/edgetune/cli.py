@@ -3,20 +3,44 @@
 Exit codes: 0 clean, 1 findings (e.g. drift), 2 usage or environment error.
 """
 import argparse
+import functools
 import importlib
 import json
+import os
 import sys
 import time
 
-from edgetune import __version__, ansible_setup, outputs
+from edgetune import COLLECTION_VERSION, __version__, ansible_setup, outputs
 from edgetune.errors import UsageError
 from edgetune.twin import manager
 
 # Each tool module adds its own subcommand: add_parser(subparsers) registers
 # it with set_defaults(func=...); the function returns the exit code and
 # raises edgetune.errors.UsageError for one-line usage/environment errors.
-TOOL_MODULES = ["edgetune.audit", "edgetune.pcie", "edgetune.bpf", "edgetune.bench", "edgetune.bench_llm",
-                "edgetune.artifacts", "edgetune.vm.cli", "edgetune.verify", "edgetune.plan"]
+# A module is imported only when its command runs (`edgetune --help` lists
+# them by this help, which must be the one the module gives): some need what
+# an installed edgetune may lack (the collection, a checkout's runtime/).
+COMMANDS = [  # (command, the modules that add it, its help)
+    ("audit", ["edgetune.audit"], "drift audit of the fleet (desired vs persisted vs running)"),
+    ("pcie", ["edgetune.pcie"], "PCIe virtual channels (TC/VC mapping) of devices"),
+    ("bpf", ["edgetune.bpf"], "inference traffic priority: eBPF classifier + HTB"),
+    ("bench", ["edgetune.bench", "edgetune.bench_llm"], "benchmarks (latency of a runtime, ...)"),
+    ("runtime", ["edgetune.artifacts"], "the reference inference runtime and its engine"),
+    ("vm", ["edgetune.vm.cli"], "the VM twin: real kernel and bootloader under qemu (emulated)"),
+    ("verify", ["edgetune.verify"], "run the device checks of the twins' tests against devices "
+                                    "(expected values from the inventory's intent and the boards' facts)"),
+    ("plan", ["edgetune.plan"], "print each device's plan (the validated desired state), reading only the facts"),
+]
+TOOL_MODULES = [module for _, modules, _ in COMMANDS for module in modules]
+TWIN_HELP = "device twins (systemd containers that look like a board)"
+# What a module that fails to import lacks, by the missing module's name.
+MISSING = [
+    ("ansible_collections", "the collection edgetune.fleet, which Ansible does not find from here: install it "
+                            "with `ansible-galaxy collection install` where ansible.cfg's collections_path "
+                            "or ANSIBLE_COLLECTIONS_PATH points"),
+    ("edgetune_runtime", "the reference runtime (runtime/ of an edgetune checkout), which an installed "
+                         "edgetune does not include: run it from a checkout"),
+]
 
 DEFAULT_FLEET = "orin-nx-16gb-r36:1,agx-orin-64gb-r35:1,rock5b-rk3588:1"
 
@@ -97,9 +121,17 @@ def cmd_twin_images(args):
 
 
 def version_text():
-    collection = ansible_setup.collection_version()
-    return "edgetune %s, collection edgetune.fleet %s" % (
-        __version__, collection + " (galaxy.yml of %s)" % ansible_setup.REPO if collection else "not in a checkout")
+    """edgetune's version and that of the collection Ansible finds from here, with its path (one line)."""
+    path, searched = ansible_setup.locate_collection()
+    if path is None:
+        return "edgetune %s, collection edgetune.fleet not found (looked in %s); edgetune %s expects %s" % (
+            __version__, os.pathsep.join(searched) or "no collections path", __version__, COLLECTION_VERSION)
+    version, source = ansible_setup.collection_version(path)
+    text = "edgetune %s, collection edgetune.fleet %s (%s of %s)" % (
+        __version__, version or "of unknown version", source or "no galaxy.yml or MANIFEST.json", path.resolve())
+    if version != COLLECTION_VERSION:
+        text += "; edgetune %s expects collection %s" % (__version__, COLLECTION_VERSION)
+    return text
 
 
 class PrintVersion(argparse.Action):
@@ -113,12 +145,36 @@ class PrintVersion(argparse.Action):
         parser.exit(0)
 
 
-def build_parser():
-    parser = argparse.ArgumentParser(prog="edgetune", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action=PrintVersion)
-    sub = parser.add_subparsers(dest="command", required=True)
+def chosen_command(argv):
+    """The command argv names (its first word that is not an option), or None."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
-    twin = sub.add_parser("twin", help="device twins (systemd containers that look like a board)")
+
+def cmd_unavailable(command, error, args):
+    missing = getattr(error, "name", None) or ""
+    lacks = next((what for prefix, what in MISSING if missing.split(".")[0] == prefix),
+                 "the Python module %s, which is not installed (%s)" % (missing or "?", error))
+    raise UsageError("`edgetune %s` needs %s" % (command, lacks))
+
+
+def add_unavailable(sub, command, help_, error):
+    """A command whose modules do not import here: it says so in one line (exit 2), whatever its arguments."""
+    p = sub.add_parser(command, help=help_, add_help=False)
+    p.set_defaults(func=functools.partial(cmd_unavailable, command, error), any_arguments=True)
+
+
+def add_command(sub, command, modules, help_):
+    try:
+        loaded = [importlib.import_module(name) for name in modules]
+    except ImportError as error:
+        add_unavailable(sub, command, help_, error)
+        return
+    for module in loaded:
+        module.add_parser(sub)
+
+
+def add_twin(sub):
+    twin = sub.add_parser("twin", help=TWIN_HELP)
     twin_sub = twin.add_subparsers(dest="twin_command", required=True)
     p = twin_sub.add_parser("up", help="create the twins of a fleet spec and write inventory/twin/")
     p.add_argument("--fleet", default=DEFAULT_FLEET, help="board[:count],... (default: %(default)s)")
@@ -144,14 +200,35 @@ def build_parser():
     p = twin_sub.add_parser("rm", help="remove twins by name (used by molecule)")
     p.add_argument("names", nargs="+")
     p.set_defaults(func=cmd_twin_rm)
-    importlib.import_module("edgetune.twin.capture").add_parser(twin_sub)
-    for name in TOOL_MODULES:
-        importlib.import_module(name).add_parser(sub)
+    add_command(twin_sub, "capture", ["edgetune.twin.capture"],
+                "read a real board over SSH (read-only) and write a twin board of it")
+
+
+def build_parser(argv=None):
+    """The parser of `edgetune`. Given argv, only the modules of the command it names are imported
+    (the others are listed by name and help); without, every command's."""
+    chosen = chosen_command(argv) if argv is not None else None
+    parser = argparse.ArgumentParser(prog="edgetune", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action=PrintVersion)
+    sub = parser.add_subparsers(dest="command", required=True)
+    if argv is None or chosen == "twin":
+        add_twin(sub)
+    else:
+        sub.add_parser("twin", help=TWIN_HELP, add_help=False)
+    for command, modules, help_ in COMMANDS:
+        if argv is None or chosen == command:
+            add_command(sub, command, modules, help_)
+        else:
+            sub.add_parser(command, help=help_, add_help=False)  # listed in --help; never parsed
     return parser
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
+    args, unknown = parser.parse_known_args(argv)  # parse_args, but an unavailable command takes any arguments
+    if unknown and not getattr(args, "any_arguments", False):
+        parser.error("unrecognized arguments: %s" % " ".join(unknown))
     try:
         return args.func(args)
     except (manager.TwinError, UsageError) as exc:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from edgetune import REPO, outputs
+from edgetune import CHECKOUT, outputs
 from edgetune.errors import UsageError
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import ram_share
@@ -179,8 +179,12 @@ def expectations(report, defaults):
 
 # ---------------------------------------------------------------- the command
 def cmd_verify(args):
-    # The checkout this package belongs to: the checks are its molecule/shared/tests.
-    project = REPO
+    # The checkout this package belongs to: the checks are its molecule/shared/tests, the plan its
+    # playbooks/preflight.yml under its ansible.cfg (the same collection). An installed edgetune has no checks.
+    if CHECKOUT is None:
+        raise UsageError("verify runs the device checks of an edgetune checkout (molecule/shared/tests), which "
+                         "an installed edgetune does not include: run it from a checkout of the collection")
+    project = CHECKOUT
     inventories = args.inventory or [default_inventory(project)]
     if len(inventories) > 1:
         raise UsageError("give one inventory (-i) to verify; testinfra reads one")

@@ -46,8 +46,8 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_nvpmodel import parse_conf
 
-REPO = Path(__file__).resolve().parents[3]
-PROFILES_DIR = REPO / "roles" / "edge_facts" / "files" / "board_profiles"
+# The board profiles of the collection these tools import (a checkout, or the installed one Ansible finds).
+PROFILES_DIR = Path(edge_pcie.__file__).resolve().parents[2] / "roles" / "edge_facts" / "files" / "board_profiles"
 DT_BASES = ("/sys/firmware/devicetree/base", "/proc/device-tree")
 CPU = "/sys/devices/system/cpu"
 # The kernel options the roles check (edge_facts' features) and the twins carry.
