@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+# ansible-builder and ansible-galaxy: the controller's (not part of the Python 3.8 run).
+pytestmark = pytest.mark.controller
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 AWX = REPO / "extras" / "awx"
