@@ -170,11 +170,12 @@ CONVERGED_CHECK_RUNS = {}
 
 
 def converged_check_run(host, boot_file):
-    """One `site.yml --check --diff` on the converged twin, shared by the test files that read
-    it (each run costs minutes): its result and the boot file's digest before and after."""
+    """One `site.yml --check --diff` on the converged twin, every role in full (a plain run skips
+    the roles that are current, test_twin_converged checks that), shared by the test files that
+    read it (each run costs minutes): its result and the boot file's digest before and after."""
     name = host.backend.host
     if name not in CONVERGED_CHECK_RUNS:
         before = host.check_output("md5sum %s" % boot_file)
-        result = run_site(host, "--check", "--diff")
+        result = run_site(host, "--check", "--diff", "-e", "edge_converge_full=true")
         CONVERGED_CHECK_RUNS[name] = (result, before, host.check_output("md5sum %s" % boot_file))
     return CONVERGED_CHECK_RUNS[name]

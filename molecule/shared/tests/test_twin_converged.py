@@ -1,9 +1,10 @@
 """End state of a twin after site.yml, as a user would check it, and what check mode said before."""
 import json
 import os
+import re
 
 import pytest
-from conftest import converged_check_run, recap
+from conftest import converged_check_run, recap, run_site
 
 # Check mode cannot install the release: its tasks need the artifacts on the device, which a real
 # run copies first. This task stands for them (a change), and the real run's deploy tasks follow it.
@@ -40,6 +41,19 @@ def test_check_mode_reports_no_change_and_writes_nothing(host, check_run):
     assert stats["failed"] == 0 and stats["unreachable"] == 0, result.stdout[-3000:]
     assert stats["changed"] == 0, result.stdout[-3000:]
     assert after == before
+
+
+def test_a_run_that_changes_nothing_skips_every_role_that_is_current(host):
+    """The converge path: the preflight read the apply records, the plan skips each tune role whose
+    last apply is current and holds; check mode decides the same way and changes nothing."""
+    result = run_site(host, "--check", "-v")
+    stats = recap(result.stdout, host.backend.host)
+    assert stats["failed"] == 0 and stats["changed"] == 0, result.stdout[-3000:]
+    text = " ".join(result.stdout.split())
+    skipped = re.search(r"current, skipped: ([a-z_, ]+)", text)
+    assert skipped, result.stdout[-3000:]
+    roles = set(skipped.group(1).replace(",", " ").split())
+    assert {"edge_bootargs", "edge_cpu", "edge_cgroups", "edge_boot", "edge_audit_timer"} <= roles, roles
 
 
 def test_summary_names_board_and_release(host, expected, check_run):
