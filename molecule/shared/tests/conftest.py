@@ -176,6 +176,6 @@ def converged_check_run(host, boot_file):
     name = host.backend.host
     if name not in CONVERGED_CHECK_RUNS:
         before = host.check_output("md5sum %s" % boot_file)
-        result = run_site(host, "--check", "--diff", "-e", "edge_converge_full=true")
+        result = run_site(host, "--check", "--diff", "-e", json.dumps({"edge_converge_full": True}))
         CONVERGED_CHECK_RUNS[name] = (result, before, host.check_output("md5sum %s" % boot_file))
     return CONVERGED_CHECK_RUNS[name]
