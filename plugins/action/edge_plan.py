@@ -57,7 +57,8 @@ class ActionModule(ValidateAction):
             plan = edge_plan.build(checked["intent"], facts, profile, checked["partition"], checked["slice"],
                                    role_options=role_options, code=code_digests(edge_plan.RECORDED_ROLES),
                                    applied=self._templar.template(applied) if applied is not None else None,
-                                   full="full" in (task_vars.get("ansible_run_tags") or []))
+                                   full="full" in (task_vars.get("ansible_run_tags") or []),
+                                   artifacts=checked["artifacts"])
         except edge_plan.PlanError as exc:
             self.give_lease_back(task_vars)
             raise AnsibleActionFail("%s: cannot plan the device: %s"

@@ -61,6 +61,16 @@ Check kinds:
              the device's config file, which a ``file`` check covers).  Keys:
              config (the settings, as the edge_netqos module built them),
              interfaces, loader, python, source (the classifier's C file).
+``runtime``  the serving release (role edge_runtime), persisted and running:
+             ROOT/current points to the release the deploy installed, whose
+             release.json names the same artifacts (sha256) and whose files
+             are all there (those up to 64 MiB by their sha256: the programs;
+             a model by its presence: plugins/module_utils/edge_serving.py,
+             which edge_release repairs a release with); the unit is enabled and active, its main
+             process runs that release's program, and every thread has the
+             policy, priority and CPUs the deploy's gates accepted.  Keys:
+             root, release, artifacts ({kind: sha256}), service, expect
+             (policy, priority, cpus).
 ``unsupported``  the role found the feature missing; Keys: reason.
 
 The checks come from the records the last apply left on the device (one
@@ -93,6 +103,9 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import
     format_cpulist, parse_cpulist, parse_cpumask)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_metrics import device_textfile
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import fmt, thread_mismatches, threads_of
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_serving import (
+    installed_problems, program_of, runs_release, unit_state)
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_pcie import prepare as pcie_prepare
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_nvpmodel import (
@@ -367,14 +380,56 @@ def check_netqos(check, root):
     return "ok", "", None, running
 
 
+def check_runtime(check, root):
+    release_dir = os.path.join(check["root"], "releases", check["release"])
+    try:
+        target = os.readlink(_under(root, os.path.join(check["root"], "current")))
+    except OSError:
+        target = None
+    current = target.rstrip("/").split("/")[-1] if target else None
+    problems = []
+    if current != check["release"]:
+        problems.append("%s/current is %s, not release %s" % (check["root"], current or "missing", check["release"]))
+    else:
+        problems += installed_problems(_under(root, release_dir), check.get("artifacts") or {}, shown=release_dir)
+    state = unit_state(check["service"])
+    active, enabled, pid = state.get("ActiveState"), state.get("UnitFileState"), state["MainPID"]
+    if enabled != "enabled":
+        problems.append("%s is %s at boot, not enabled" % (check["service"], enabled or "unknown"))
+    running = "%s %s" % (check["service"], active)
+    if active != "active" or not pid:
+        problems.append("%s is %s, not active" % (check["service"], active or "unknown"))
+    else:
+        proc = _under(root, "/proc")
+        program = program_of(pid, proc)
+        if not runs_release(program, _under(root, release_dir)):
+            problems.append("%s runs %s, not release %s (a restart switches it)"
+                            % (check["service"], program or "an unknown program", check["release"]))
+        expect = check.get("expect") or {}
+        threads = threads_of(pid, proc)
+        cpus = parse_cpulist(expect["cpus"]) if expect.get("cpus") else None
+        wrong = thread_mismatches(threads, expect.get("policy") or None, expect.get("priority"), cpus)
+        if wrong:
+            problems.append("%d of %d threads do not run as deployed: %s"
+                            % (len(wrong), len(threads), "; ".join(wrong[:3])))
+        if threads:
+            first = threads[0]
+            running = "%s active, %d threads %s on CPUs %s" % (
+                check["service"], len(threads), first["policy"], fmt(first["cpus"]))
+    if problems:
+        return "drifted", "; ".join(problems), current, running
+    return "ok", "", current, running
+
+
 CHECKERS = {"cmdline": check_cmdline, "value": check_value, "file": check_file, "irq_affinity": check_irq_affinity,
             "nvpmodel": check_nvpmodel, "pcie_vc": check_pcie_vc, "jetson_clocks": check_jetson_clocks,
-            "netqos": check_netqos}
+            "netqos": check_netqos, "runtime": check_runtime}
 
 
 def evaluate(check, root="/"):
     """One check -> a result dict (setting, role, state, detail, desired, persisted, running)."""
-    desired = next((check[key] for key in ("desired", "args", "sha1", "cpus", "mode", "tcs") if key in check), None)
+    desired = next((check[key] for key in ("desired", "args", "sha1", "cpus", "mode", "tcs", "release")
+                    if key in check), None)
     if check["kind"] == "netqos" and desired is None:
         desired = "classifier and HTB classes on %s" % ", ".join(check.get("interfaces") or [])
     result = {"setting": check["setting"], "role": check.get("role", ""), "desired": desired}
@@ -502,7 +557,8 @@ HOLDING = ("ok", "unsupported")
 def applied_state(root="/", record_dir=RECORD_DIR):
     """What an apply's first device execution tells the controller of the last apply: {role: {"inputs":
     the recorded inputs, "holds": whether every recorded check holds now, "not_holding": the first
-    settings that do not, with their state}}; a record that cannot be read is left out (its role runs)."""
+    settings that do not, with their state, and for the runtime "artifacts": {kind: sha256} of the
+    release it serves}}; a record that cannot be read is left out (its role runs)."""
     try:
         names = sorted(n[:-5] for n in os.listdir(_under(root, record_dir)) if n.endswith(".json"))
     except OSError:
@@ -518,6 +574,9 @@ def applied_state(root="/", record_dir=RECORD_DIR):
         results = audit(record["checks"], root)[0]
         failing = ["%s: %s" % (r["setting"], r["state"]) for r in results if r["state"] not in HOLDING]
         state[role] = {"inputs": record.get("inputs"), "holds": not failing, "not_holding": failing[:3]}
+        served = [check.get("artifacts") for check in record["checks"] if check.get("kind") == "runtime"]
+        if served:
+            state[role]["artifacts"] = served[0]
     return state
 
 

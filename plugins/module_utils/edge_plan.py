@@ -324,18 +324,15 @@ def _recorded(role, intent):
     return bool(intent.get(role + "_enabled", True))
 
 
-# Roles a converge never skips: the runtime's record does not cover the release it serves (a new build
-# picked by `auto` is no change of its recorded inputs), so its deploy always runs and decides.
-NEVER_SKIPPED = ("edge_runtime",)
-
-
-def converge_part(audit, applied, full=False):
+def converge_part(audit, applied, full=False, artifacts=None):
     """Which roles an apply skips: {"full", "skip": {role: reason}, "run": {role: reason}}.
 
     A role is skipped when its record (``applied``, what the apply's first device execution read:
     ansible_facts.edge_applied) has today's inputs (intent, plan part, code) and every recorded check
-    holds now, so that a run that changes nothing costs what the audit costs. ``applied`` None (not an
-    apply) or ``full`` (edge_converge_full, or --tags full) runs every role."""
+    holds now, so that a run that changes nothing costs what the audit costs. The runtime also needs
+    ``artifacts`` ([{kind, sha256}], the release the controller resolved today: ``auto`` may name a
+    new build without any input changing) to be those of the release it serves. ``applied`` None
+    (not an apply) or ``full`` (edge_converge_full, or --tags full) runs every role."""
     decisions = {"full": bool(full), "skip": {}, "run": {}}
     for role, entry in sorted((audit.get("roles") or {}).items()):
         if not entry.get("enabled"):
@@ -343,12 +340,12 @@ def converge_part(audit, applied, full=False):
         record = (applied or {}).get(role)
         if full or applied is None:
             why = "full converge asked for" if full else "not an apply"
-        elif role in NEVER_SKIPPED:
-            why = "always runs (its deploy decides)"
         elif record is None:
             why = "never applied here"
         else:
             changes = edge_audit.inputs_changes(record.get("inputs"), entry.get("inputs"))
+            if role == "edge_runtime":
+                changes += release_changes(record.get("artifacts"), artifacts)
             why = ("changed since the last apply: " + "; ".join(changes) if changes else
                    None if record.get("holds") else "drifted: " + ", ".join(record.get("not_holding") or []))
         if why is None:
@@ -358,8 +355,27 @@ def converge_part(audit, applied, full=False):
     return decisions
 
 
+def served_artifacts(intent, resolved):
+    """[{kind, sha256}] of the release an apply deploys today: the controller's resolved tarballs
+    (source controller), the checksums the inventory gives (url, device), None when not resolved."""
+    if intent.get("edge_runtime_artifact_source", "controller") != "controller":
+        return [{"kind": kind, "sha256": str(intent.get("edge_runtime_%s_sha256" % kind) or "").lower()}
+                for kind in ("runtime", "engine")]
+    return [{"kind": item["kind"], "sha256": item["sha256"]} for item in resolved] if resolved else None
+
+
+def release_changes(served, resolved):
+    """Why the release the runtime serves ({kind: sha256}, from its record) is not today's."""
+    if resolved is None:
+        return ["the artifacts were not resolved on the controller in this run"]
+    wanted = dict((item["kind"], item["sha256"]) for item in resolved)
+    served = served or {}
+    return ["a new %s artifact (sha256 %s, serving %s)" % (kind, sha[:12], (served.get(kind) or "none")[:12])
+            for kind, sha in sorted(wanted.items()) if served.get(kind) != sha]
+
+
 def build(intent, facts, profile, partition, slice_values=None, role_options=None, code=None, applied=None,
-          full=False):
+          full=False, artifacts=None):
     """The plan of one device.
 
     ``intent``: the typed values of every role's variables (defaults filled
@@ -367,7 +383,8 @@ def build(intent, facts, profile, partition, slice_values=None, role_options=Non
     ``partition``: edge_intent.cpu_partition's result; ``slice_values``:
     edge_intent.slice_plan's (quota resolved, memory limits in bytes);
     ``role_options``: {role: option names} and ``code``: {role: digest}, for
-    the audit part; ``applied``/``full``: for the converge part (see converge_part).
+    the audit part; ``applied``/``full``/``artifacts`` (the runtime's, as the controller resolved
+    them): for the converge part (see converge_part).
     """
     if not facts or not profile:
         raise PlanError("no board facts: run role edge_facts before planning")
@@ -395,5 +412,6 @@ def build(intent, facts, profile, partition, slice_values=None, role_options=Non
         "reboot": {"policy": intent.get("edge_reboot_policy", "auto")},
     }
     plan["audit"] = audit_part(intent, plan, role_options or {}, code)
-    plan["converge"] = converge_part(plan["audit"], applied, full or intent.get("edge_converge_full", False))
+    plan["converge"] = converge_part(plan["audit"], applied, full or intent.get("edge_converge_full", False),
+                                     served_artifacts(intent, artifacts))
     return plan

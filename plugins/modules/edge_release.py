@@ -30,6 +30,12 @@ description:
     name with other artifacts is refused.
   - O(state=rollback) switches C(current) back to C(previous) (or to O(release) when given) and
     removes the C(previous) link, so a second rollback cannot flip back to the failed release.
+  - >-
+    O(state=current) also checks an installed release against its C(release.json) (every file
+    there, those up to 64 MiB by their sha256): a damaged one is unpacked again from its artifacts
+    and swapped in (RV(repaired)). With O(service), it reads which program the service runs:
+    RV(restart) says whether the service must restart to serve the release (switched, repaired, not
+    running, or running another release's program).
   - Every switch is read back (C(readlink)); a link that does not point where it should is an error.
 version_added: "0.1.0"
 author:
@@ -91,6 +97,11 @@ options:
     description: Releases to keep (at least 2, so the rollback target survives).
     type: int
     default: 3
+  service:
+    description: >-
+      The systemd unit that serves C(current); with O(state=current), RV(restart) says whether it
+      must restart.
+    type: str
 notes:
   - Detects TensorRT from C(libnvinfer.so.X.Y.Z) and librknnrt from the version string it embeds.
 attributes:
@@ -178,6 +189,17 @@ space:
   description: C(free_mb) under O(root) and C(needed_mb) (unpacked size plus O(min_free_mb)).
   returned: when artifacts are given
   type: dict
+repaired:
+  description: What was wrong with the installed release that O(state=current) unpacked again ([] when nothing).
+  returned: with O(state=current)
+  type: list
+  elements: str
+restart:
+  description: >-
+    Whether O(service) must restart to serve the release: switched or repaired, or the service is not
+    running a program of C(current). False without O(service).
+  returned: with O(state=current)
+  type: bool
 device_versions:
   description: What was detected on the device (C(python), C(tensorrt), C(rknn), C(architecture), C(glibc)).
   returned: when artifacts are given
@@ -206,8 +228,9 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact impor
 )
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import fsync_directory  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_serving import (  # noqa: E402
+    RELEASE_FILE, installed_problems, program_of, runs_release, unit_state)
 
-RELEASE_FILE = "release.json"
 MIB = 1024 * 1024
 
 
@@ -320,11 +343,13 @@ def plan_current(root, name, keep, record, state):
     """What state=current does: returns dict(install, switch, remove)."""
     existing = read_release(root, name) if name in state["releases"] else None
     if name in state["releases"]:
-        if existing is None or existing.get("artifacts") != record["artifacts"]:
+        # An unreadable release.json is damage that state=current repairs (installed_problems names it).
+        if existing is not None and existing.get("artifacts") != record["artifacts"]:
             raise EdgeError("release %s is already installed from other artifacts (%s); releases are "
                             "immutable: give the new artifacts a new version" % (
                                 name, json.dumps((existing or {}).get("artifacts"), sort_keys=True)))
     install = name not in state["releases"]
+    repair = [] if install else installed_problems(os.path.join(root, "releases", name))
     switch = state["current"] != name
     previous = state["current"] if switch else state["previous"]
     after = [r for r in state["releases"] if r != name] + [name]
@@ -332,7 +357,7 @@ def plan_current(root, name, keep, record, state):
     removable = [r for r in after if r not in protected]
     excess = len(after) - keep
     remove = removable[:max(0, excess)]
-    return {"install": install, "switch": switch, "previous": previous, "remove": remove}
+    return {"install": install, "repair": repair, "switch": switch, "previous": previous, "remove": remove}
 
 
 # ------------------------------------------------------------------ apply
@@ -354,7 +379,9 @@ def relink(root, name, target):
         raise EdgeError("read-back: %s does not point to releases/%s after the switch" % (path, target))
 
 
-def install(root, name, artifacts, record):
+def install(root, name, artifacts, record, replace=False):
+    """Unpack the release beside the others and rename it into place; ``replace``: swap it for the
+    installed (damaged) directory of that name, which is removed after the swap."""
     base = os.path.join(root, "releases")
     os.makedirs(base, mode=0o755, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".incoming-%s-" % name, dir=base)
@@ -371,11 +398,26 @@ def install(root, name, artifacts, record):
         for dirpath, _dirnames, _filenames in os.walk(staging):
             os.chmod(dirpath, 0o755)
             fsync_directory(dirpath)
-        os.rename(staging, os.path.join(base, name))
+        if replace:
+            damaged = os.path.join(base, ".damaged-%s-%d" % (name, os.getpid()))
+            os.rename(os.path.join(base, name), damaged)
+            os.rename(staging, os.path.join(base, name))
+            shutil.rmtree(damaged, ignore_errors=True)
+        else:
+            os.rename(staging, os.path.join(base, name))
         fsync_directory(base)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def serving(service, release_path):
+    """Whether ``service`` is active with its main process running a program of the release."""
+    try:
+        state = unit_state(service)
+    except ValueError:
+        return False
+    return state.get("ActiveState") == "active" and runs_release(program_of(state["MainPID"]), release_path)
 
 
 def describe(state):
@@ -427,10 +469,14 @@ def run(params, check_mode, run_command):
     releases = [r for r in before["releases"] if r != name and r not in plan["remove"]] + [name]
     after = {"current": name, "previous": plan["previous"], "releases": releases}
     result["removed"] = plan["remove"]
-    result["changed"] = plan["install"] or plan["switch"] or bool(plan["remove"])
+    result["repaired"] = plan["repair"]
+    result["changed"] = plan["install"] or bool(plan["repair"]) or plan["switch"] or bool(plan["remove"])
+    result["restart"] = bool(params.get("service")) and (
+        plan["install"] or bool(plan["repair"]) or plan["switch"]
+        or not serving(params["service"], os.path.join(root, "releases", name)))
     if not check_mode:
-        if plan["install"]:
-            install(root, name, artifacts, record)
+        if plan["install"] or plan["repair"]:
+            install(root, name, artifacts, record, replace=bool(plan["repair"]))
         if plan["switch"]:
             relink(root, "previous", plan["previous"])
             relink(root, "current", name)
@@ -456,6 +502,7 @@ def main():
             python=dict(type="path", default="/usr/bin/python3"),
             min_free_mb=dict(type="int", default=64),
             keep=dict(type="int", default=3),
+            service=dict(type="str"),
         ),
         required_if=[("state", "checked", ["artifacts"]), ("state", "current", ["artifacts"])],
         supports_check_mode=True,

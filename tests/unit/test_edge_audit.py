@@ -655,13 +655,32 @@ def test_the_plan_skips_only_roles_that_are_current_and_hold():
     applied = {"edge_bootargs": {"inputs": INPUTS, "holds": True},
                "edge_cpu": {"inputs": INPUTS, "holds": False, "not_holding": ["IRQ affinity: drifted"]},
                "edge_power": {"inputs": changed, "holds": True},
-               "edge_runtime": {"inputs": INPUTS, "holds": True}}
-    found = converge_part(audit_part, applied)
-    assert found["skip"] == {"edge_bootargs": "current and holds"}
+               "edge_runtime": {"inputs": INPUTS, "holds": True,
+                                "artifacts": {"runtime": "a" * 64, "engine": "b" * 64}}}
+    today = [{"kind": "runtime", "sha256": "a" * 64}, {"kind": "engine", "sha256": "b" * 64}]
+    found = converge_part(audit_part, applied, artifacts=today)
+    assert found["skip"] == {"edge_bootargs": "current and holds", "edge_runtime": "current and holds"}
     assert found["run"] == {
         "edge_cpu": "drifted: IRQ affinity: drifted",
         "edge_power": "changed since the last apply: edgetune's code for this role (its role files or the modules)",
-        "edge_runtime": "always runs (its deploy decides)",
         "edge_boot": "never applied here"}
-    assert converge_part(audit_part, applied, full=True)["skip"] == {}
+    # `auto` found a new build on the controller: no input changed, the release did.
+    newer = [{"kind": "runtime", "sha256": "c" * 64}, {"kind": "engine", "sha256": "b" * 64}]
+    assert converge_part(audit_part, applied, artifacts=newer)["run"]["edge_runtime"] == \
+        "changed since the last apply: a new runtime artifact (sha256 cccccccccccc, serving aaaaaaaaaaaa)"
+    assert converge_part(audit_part, applied)["run"]["edge_runtime"] == \
+        "changed since the last apply: the artifacts were not resolved on the controller in this run"
+    assert converge_part(audit_part, applied, full=True, artifacts=today)["skip"] == {}
     assert converge_part(audit_part, None)["skip"] == {}               # not an apply (the audit, edgetune plan)
+
+
+def test_the_release_an_apply_deploys_comes_from_the_controller_or_the_inventory():
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_plan import served_artifacts
+    resolved = [{"kind": "runtime", "path": "/a/r.tar.gz", "sha256": "a" * 64},
+                {"kind": "engine", "path": "/a/e.tar.gz", "sha256": "b" * 64}]
+    assert served_artifacts({"edge_runtime_artifact_source": "controller"}, resolved) == [
+        {"kind": "runtime", "sha256": "a" * 64}, {"kind": "engine", "sha256": "b" * 64}]
+    assert served_artifacts({}, None) is None
+    assert served_artifacts({"edge_runtime_artifact_source": "url", "edge_runtime_runtime_sha256": "C" * 64,
+                             "edge_runtime_engine_sha256": "d" * 64}, None) == [
+        {"kind": "runtime", "sha256": "c" * 64}, {"kind": "engine", "sha256": "d" * 64}]

@@ -6,6 +6,8 @@ from a tiny engine spec, so the module is tested on the tarballs it will really 
 """
 import json
 import os
+import shutil
+import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -269,3 +271,120 @@ def test_the_device_checks_its_own_machine_and_glibc(tmp_path, capsys, built):
     glibc = os.confstr("CS_GNU_LIBC_VERSION").split()[1]
     assert "needs glibc >=99.0, but this board has glibc %s" % glibc in result["msg"]
     assert not (tmp_path / "opt").exists()
+
+
+# --------------------------------------------------------------------------
+# The release serving: edge_release repairs a damaged release and says when the service must
+# restart; the drift audit's runtime check (plugins/module_utils/edge_audit.py) names each drift.
+
+SERVICE = "edgetune-runtime.service"
+
+
+@pytest.fixture
+def unit(tmp_path, monkeypatch):
+    """A systemctl on PATH that shows the unit as the test sets it ({ActiveState, UnitFileState, MainPID})."""
+    state = {"ActiveState": "active", "UnitFileState": "enabled", "MainPID": 0}
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shown = tmp_path / "unit.txt"
+    systemctl = bin_dir / "systemctl"
+    systemctl.write_text("#!/bin/sh\n[ \"$1\" = show ] || exit 1\ncat %s\n" % shown)
+    systemctl.chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:%s" % (bin_dir, os.environ["PATH"]))
+
+    def show(**changes):
+        state.update(changes)
+        shown.write_text("".join("%s=%s\n" % item for item in sorted(state.items())))
+    show()
+    return show
+
+
+@pytest.fixture
+def server(tmp_path):
+    """Start a process whose program is a copy of sleep at the path given; stopped afterwards."""
+    started = []
+
+    def start(program):
+        program.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy("/bin/sleep", str(program))
+        proc = subprocess.Popen([str(program), "60"])
+        started.append(proc)
+        return proc.pid
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def runtime_check(root, release, artifacts, **expect):
+    return {"setting": "runtime release", "role": "edge_runtime", "kind": "runtime", "root": str(root),
+            "release": release, "artifacts": dict((a["kind"], a["sha256"]) for a in artifacts),
+            "service": SERVICE, "expect": expect}
+
+
+def test_the_runtime_check_holds_while_the_release_serves_and_names_each_drift(tmp_path, capsys, built, unit,
+                                                                               server):
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import evaluate
+    root = tmp_path / "opt"
+    run(capsys, root=str(root), artifacts=built["1.0.0"])
+    release = root / "releases" / name("1.0.0")
+    pid = server(release / "runtime" / "server")
+    unit(MainPID=pid)
+    mine = sorted(os.sched_getaffinity(0))
+    cpus = "%d-%d" % (mine[0], mine[-1]) if len(mine) > 1 else str(mine[0])
+    check = runtime_check(root, name("1.0.0"), built["1.0.0"], policy="other", priority=40, cpus=cpus)
+    result = evaluate(check)
+    assert (result["state"], result["persisted"]) == ("ok", name("1.0.0")), result
+    assert result["running"].startswith("%s active, 1 threads other on CPUs" % SERVICE)
+
+    # Each drift on its own, named.
+    unit(UnitFileState="disabled")
+    assert evaluate(check)["detail"] == "%s is disabled at boot, not enabled" % SERVICE
+    unit(UnitFileState="enabled", ActiveState="inactive", MainPID=0)
+    assert evaluate(check)["detail"] == "%s is inactive, not active" % SERVICE
+    unit(ActiveState="active", MainPID=pid)
+    found = evaluate(dict(check, expect=dict(check["expect"], policy="fifo")))
+    assert found["state"] == "drifted" and "policy other (expected fifo)" in found["detail"]
+    elsewhere = server(tmp_path / "other" / "server")
+    unit(MainPID=elsewhere)
+    assert "runs %s, not release %s (a restart switches it)" % (tmp_path / "other" / "server", name("1.0.0")) \
+        in evaluate(check)["detail"]
+    unit(MainPID=pid)
+    (release / "runtime" / "edgetune-runtime").write_text("#!/bin/sh\nexit 0\n")
+    assert evaluate(check)["detail"] == "%s/releases/%s/runtime/edgetune-runtime was changed" % (root, name("1.0.0"))
+    (release / "engine" / "model.json").unlink()
+    assert "engine/model.json is missing" in evaluate(check)["detail"]
+    run(capsys, root=str(root), artifacts=built["2.0.0"])
+    found = evaluate(check)
+    assert found["state"] == "drifted" and found["persisted"] == name("2.0.0")
+    assert found["detail"].startswith("%s/current is %s, not release %s" % (root, name("2.0.0"), name("1.0.0")))
+
+
+def test_state_current_repairs_a_damaged_release_and_says_when_to_restart(tmp_path, capsys, built, unit, server):
+    root = tmp_path / "opt"
+    run(capsys, root=str(root), artifacts=built["1.0.0"])
+    release = root / "releases" / name("1.0.0")
+    pid = server(release / "runtime" / "server")
+    unit(MainPID=pid)
+    serving = run(capsys, root=str(root), artifacts=built["1.0.0"], service=SERVICE)
+    assert (serving["changed"], serving["restart"], serving["repaired"]) == (False, False, [])
+    unit(ActiveState="inactive", MainPID=0)
+    stopped = run(capsys, root=str(root), artifacts=built["1.0.0"], service=SERVICE)
+    assert (stopped["changed"], stopped["restart"]) == (False, True)
+    unit(ActiveState="active", MainPID=pid)
+
+    original = (release / "runtime" / "edgetune-runtime").read_bytes()
+    (release / "runtime" / "edgetune-runtime").write_text("#!/bin/sh\nexit 0\n")
+    (release / "engine" / "model.json").unlink()
+    before = tree(root)
+    checked = run(capsys, check=True, root=str(root), artifacts=built["1.0.0"], service=SERVICE)
+    assert checked["changed"] and checked["restart"] and tree(root) == before
+    repaired = run(capsys, root=str(root), artifacts=built["1.0.0"], service=SERVICE)
+    assert repaired["changed"] and repaired["restart"] and repaired["current"] == name("1.0.0")
+    assert repaired["repaired"] == ["%s/engine/model.json is missing" % release,
+                                    "%s/runtime/edgetune-runtime was changed" % release]
+    assert (release / "runtime" / "edgetune-runtime").read_bytes() == original
+    assert (release / "engine" / "model.json").is_file()
+    assert not [p for p in os.listdir(root / "releases") if p.startswith(".")]
+    # The swapped-in directory is the release again; the running program was in the old one.
+    assert run(capsys, root=str(root), artifacts=built["1.0.0"], service=SERVICE)["restart"] is True
