@@ -112,6 +112,15 @@ def drift_every_kind(host, expected, found):
     drift("runtime unit", "runtime unit", "edge_runtime : Write the service unit",
           "if grep -q '^# SCHED_OTHER:' {0}; then sed -i 's/^# SCHED_OTHER:/# SCHED_FIFO:/' {0};"
           " else sed -i '0,/^# /s/^# /# edited by hand: /' {0}; fi".format(unit))
+    # The release serving: its program changed on disk (replaced, as a careless copy would) and the
+    # service stopped. edge_release unpacks the release again; the service restarts on it.
+    drift("runtime release files", "runtime release", "edge_runtime : Install the release and switch to it",
+          "cd /opt/edgetune/current/runtime"
+          " && entry=$(python3 -c 'import json; print(json.load(open(\"MANIFEST.json\"))[\"entry\"])')"
+          " && cp \"$entry\" /tmp/edited && echo edited >> /tmp/edited && mv /tmp/edited \"$entry\"",
+          detail="was changed")
+    drift("runtime service", "runtime release", "edge_runtime : Restart the runtime on the new release or settings",
+          "systemctl stop edgetune-runtime.service", detail="edgetune-runtime.service is inactive, not active")
     if "nvpmodel mode" in found:
         desired_id = int(found["nvpmodel mode"]["running"].rsplit("id ", 1)[1].rstrip(")"))
         modes = [int(m) for m in re.findall(r"POWER_MODEL ID=(\d+)", host.file("/etc/nvpmodel.conf").content_string)]

@@ -44,8 +44,9 @@ def test_check_mode_reports_no_change_and_writes_nothing(host, check_run):
 
 
 def test_a_run_that_changes_nothing_skips_every_role_that_is_current(host):
-    """The converge path: the preflight read the apply records, the plan skips each tune role whose
-    last apply is current and holds; check mode decides the same way and changes nothing."""
+    """The converge path: the preflight read the apply records, the plan skips each role whose
+    last apply is current and holds (the runtime too: its release serves as recorded); check mode
+    decides the same way and changes nothing."""
     result = run_site(host, "--check", "-v")
     stats = recap(result.stdout, host.backend.host)
     assert stats["failed"] == 0 and stats["changed"] == 0, result.stdout[-3000:]
@@ -53,7 +54,8 @@ def test_a_run_that_changes_nothing_skips_every_role_that_is_current(host):
     skipped = re.search(r"current, skipped: ([a-z_, ]+)", text)
     assert skipped, result.stdout[-3000:]
     roles = set(skipped.group(1).replace(",", " ").split())
-    assert {"edge_bootargs", "edge_cpu", "edge_cgroups", "edge_boot", "edge_audit_timer"} <= roles, roles
+    current = {"edge_bootargs", "edge_cpu", "edge_cgroups", "edge_boot", "edge_audit_timer", "edge_runtime"}
+    assert current <= roles, roles
 
 
 def test_summary_names_board_and_release(host, expected, check_run):
