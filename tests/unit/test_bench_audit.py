@@ -67,3 +67,21 @@ def test_every_alias_must_find_what_its_twin_finds():
             "t1-as-02": {"IRQ affinity": "ok"}}
     assert bench_audit.same_as_the_twins(same, ["t1", "t2"])
     assert not bench_audit.same_as_the_twins(dict(same, **{"t1-as-02": {"IRQ affinity": "error"}}), ["t1", "t2"])
+
+
+def test_the_converge_path_is_shown_beside_the_full_path_against_its_goal():
+    rows = [{"path": "converge", "devices": 2, "executions": 2, "wall": 6.1, "cpu_per_device": 3.0, "changed": 0},
+            {"path": "full", "devices": 2, "executions": 79, "wall": 45.8, "cpu_per_device": 21.5, "changed": 0}]
+    lines = bench_audit.converge_table(rows).splitlines()
+    assert lines[1].split()[:6] == ["converge", "2", "2", "3.00", "6.1", "0"]
+    assert lines[1].endswith("<= 3 executions, <= 10 s: met")
+    assert lines[2].split() == ["full", "2", "79", "21.50", "45.8", "0"]
+    assert lines[3] == "full / converge: wall 7.5x, executions 39.5x"
+    slow = [dict(rows[0], wall=12.4)] + rows[1:]
+    assert bench_audit.converge_table(slow).splitlines()[1].endswith("NOT met")
+
+
+def test_changed_tasks_counts_each_host_that_changed():
+    report = {"plays": [{"tasks": [{"hosts": {"a": {"changed": True}, "b": {"changed": False}}},
+                                   {"hosts": {"a": {"changed": True}}}]}]}
+    assert bench_audit.changed_tasks(report) == 2

@@ -136,3 +136,48 @@ def table(rows, agreement):
             row["size"], row["executions"], row["cpu_per_device"], row["wall"], row["audited"],
             "yes" if agreement[row["size"]] else "NO", goal, "met" if within_goals(row) else "NOT met"))
     return "\n".join(lines)
+
+
+# A no-change site.yml on converged devices: the converge path (roles whose record is current and
+# holds are skipped) beside the full path (edge_converge_full), in alternating rounds.
+CONVERGE_GOALS = {"executions": 3, "wall": 10.0}
+CONVERGE_PATHS = (("converge", ()), ("full", ('{"edge_converge_full": true}',)))
+
+
+def changed_tasks(report):
+    return sum(1 for play in report.get("plays") or [] for task in play.get("tasks") or []
+               for res in (task.get("hosts") or {}).values() if res.get("changed"))
+
+
+def converge_rows(inventory, rounds, say=print):
+    """Per path: executions per device (the most of any device), best wall, controller CPU per device
+    and the changes (0 on converged devices), over ``rounds`` alternating rounds."""
+    best = {}
+    for round_index in range(1, rounds + 1):
+        for path, extra_vars in CONVERGE_PATHS:
+            say("bench converge: round %d, %s path" % (round_index, path))
+            report, wall, cpu = measure("site", inventory, extra_vars)
+            counts = executions(report)
+            devices = max(1, len(counts))
+            row = {"path": path, "executions": max(counts.values()) if counts else 0, "wall": wall,
+                   "cpu_per_device": cpu / devices, "changed": changed_tasks(report), "devices": devices}
+            if path not in best or wall < best[path]["wall"]:
+                best[path] = row
+    return [best[path] for path, _ in CONVERGE_PATHS]
+
+
+def converge_table(rows):
+    lines = ["%-10s %8s %10s %14s %9s %8s %s" % ("site.yml", "devices", "executions", "CPU-s/device", "wall s",
+                                                 "changed", "goal (converge path)")]
+    for row in rows:
+        goal = ""
+        if row["path"] == "converge":
+            met = row["executions"] <= CONVERGE_GOALS["executions"] and row["wall"] <= CONVERGE_GOALS["wall"]
+            goal = "<= %d executions, <= %.0f s: %s" % (CONVERGE_GOALS["executions"], CONVERGE_GOALS["wall"],
+                                                         "met" if met else "NOT met")
+        lines.append("%-10s %8d %10d %14.2f %9.1f %8d %s" % (row["path"], row["devices"], row["executions"],
+                                                             row["cpu_per_device"], row["wall"], row["changed"], goal))
+    if len(rows) == 2 and rows[0]["wall"]:
+        lines.append("full / converge: wall %.1fx, executions %.1fx" % (
+            rows[1]["wall"] / rows[0]["wall"], rows[1]["executions"] / max(1, rows[0]["executions"])))
+    return "\n".join(lines)
