@@ -25,6 +25,7 @@ import os
 import re
 
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_artifact as artifact
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_autotune
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_dvfs as dvfs
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_netqos_loader as netqos
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_pcie as pcie
@@ -47,6 +48,9 @@ PLAYBOOK_OPTIONS = {
                         "description": "seconds an apply waits for another apply's lease on the device"},
     "edge_lease_ttl": {"type": "int", "default": 3600,
                        "description": "seconds an apply's lease on the device is valid (longer than the run)"},
+    "edge_runtime_autotune_forget": {"type": "bool", "default": False,
+                                     "description": "deploy.yml removes the runtime's autotune record first, so "
+                                                    "that the plan's defaults apply (edgetune tune runtime --forget)"},
 }
 PLAYBOOKS = "playbooks"
 # Variables that moved: read under the old name (with a warning) until 0.4.0
@@ -521,6 +525,20 @@ class _Checker(object):
                       else "at least %s" % low if low is not None else "at most %s" % high)
             self.problem(name, "out of range; allowed: %s%s" % (bounds, what))
 
+    def autotune(self):
+        """The runtime's autotune: candidates the role can apply, and a measurement that can finish."""
+        self.int_range("edge_runtime_autotune_timeout", 10, 86400, " seconds")
+        self.int_range("edge_runtime_autotune_rounds", 1, 20)
+        self.int_range("edge_runtime_autotune_generations", 1, 1000)
+        self.int_range("edge_runtime_autotune_max_tokens", 2, 4096)
+        if self.ok("edge_runtime_autotune_candidates"):
+            try:
+                edge_autotune.parse_candidates(self.v["edge_runtime_autotune_candidates"],
+                                               {"policy": "other", "priority": 40, "threads": "n"})
+            except edge_autotune.AutotuneError as exc:
+                self.problem("edge_runtime_autotune_candidates", "%s; allowed: NAME:key=value,... with keys %s"
+                             % (exc, ", ".join(edge_autotune.KEYS)))
+
     # ------------------------------------------------------------ playbooks
     def playbooks(self):
         for name in ("edge_reboot_serial", "edge_deploy_serial"):
@@ -953,6 +971,7 @@ class _Checker(object):
                                                           "allowed: 1-%d" % (v["edge_runtime_gate_requests"],
                                                                              v["edge_runtime_gate_requests"]))
         self.int_range("edge_runtime_ctx_size", 64, 1048576)
+        self.autotune()
         self.int_range("edge_runtime_gate_generations", 1, 1000)
         self.int_range("edge_runtime_gate_max_tokens", 2, 4096)
         for name in ("edge_runtime_ttft_p99_ms", "edge_runtime_token_p99_ms"):

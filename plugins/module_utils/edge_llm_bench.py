@@ -376,7 +376,7 @@ class Bench:
             raise BenchError("inference CPUs %s are not among the online CPUs %s"
                              % (options.infer_cpus, format_cpulist(self.cpus)))
         self.housekeeping = [cpu for cpu in self.cpus if cpu not in self.infer]
-        if not self.housekeeping:
+        if not self.housekeeping and options.noise:
             raise BenchError("no housekeeping CPU is left beside the inference CPUs %s" % format_cpulist(self.infer))
         self.candidates = [parse_candidate(text) for text in (options.candidate or DEFAULT_CANDIDATES)]
         self.default = self.candidates[0]
@@ -401,7 +401,8 @@ class Bench:
                 places.append((cgroup, self.infer, note))
             # Where a child cgroup has no RT budget, an RT candidate runs from the root cgroup.
             places.append((CGROUP_ROOT if self.cgroups.enabled else None, self.infer,
-                           "root cgroup, affinity %s" % format_cpulist(self.infer)))
+                           ("root cgroup, affinity %s" if self.cgroups.enabled else "affinity %s")
+                           % format_cpulist(self.infer)))
         refusals = []
         for cgroup, cpus, note in places:
             if cgroup == CGROUP_ROOT:
@@ -481,6 +482,40 @@ class Bench:
         if result.returncode != 0:
             raise BenchError("the client failed: %s" % result.stderr.strip().splitlines()[-1:])
         return json.loads(result.stdout)
+
+    # -- the candidates alone (the device's autotune)
+    def candidate_stages(self, noise_kind, deadline):
+        """Every candidate in each round, shuffled per round, under ``noise_kind`` (None: the device's
+        own load), tuned placement only. Returns (stages, refusals {name: why}, rounds measured):
+        a candidate that cannot start (FIFO refused) is left out with the reason; the rounds stop at
+        ``deadline`` (time.monotonic()), which the first round must not pass."""
+        self.cgroups = Cgroups(cgroup_v2() and not self.o.affinity_only)
+        stages, refusals, measured = [], {}, 0
+        per_stage = max(1, -(-self.o.generations // self.o.rounds))
+        try:
+            for round_index in range(1, self.o.rounds + 1):
+                order = [c for c in self.candidates if c["name"] not in refusals]
+                random.Random(round_index).shuffle(order)
+                for candidate in order:
+                    if time.monotonic() > deadline:
+                        if round_index == 1:
+                            raise BenchError("the time bound was reached before every candidate was measured "
+                                             "once (%d of %d): allow more time or fewer generations"
+                                             % (len({s["candidate"] for s in stages}), len(order)))
+                        return stages, refusals, measured
+                    self.say("round %d: %s" % (round_index, candidate["name"]))
+                    try:
+                        stages.append(self.stage(candidate["name"], noise_kind, candidate, True, per_stage,
+                                                 round_index))
+                    except (BenchError, edge_llm.LLMError) as exc:
+                        refusals[candidate["name"]] = str(exc)
+                measured = round_index
+        finally:
+            self.cgroups.cleanup()
+            if self.rt_saved is not None and _read(RT_RUNTIME) != self.rt_saved:
+                _write(RT_RUNTIME, self.rt_saved)
+            shutil.rmtree(self.logdir, ignore_errors=True)
+        return stages, refusals, measured
 
     # -- the whole run
     def run(self):

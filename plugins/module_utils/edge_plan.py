@@ -26,7 +26,8 @@ parts still need from it).
 import hashlib
 import json
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit, edge_boot
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit, edge_autotune, edge_boot
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_llm_bench import resolve_threads
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import compute_threads
 
@@ -60,7 +61,8 @@ RECORD_DIR = edge_audit.RECORD_DIR
 # online; MemTotal, which a NN% memory limit is resolved against, moves by
 # some KiB from boot to boot), so they are left out of the recorded inputs.
 # The memory limits stay recorded as given (memory_max, memory_high).
-OBSERVED = {"cpu": ("offline_inference",), "slice": ("memory_max_bytes", "memory_high_bytes")}
+OBSERVED = {"cpu": ("offline_inference",), "slice": ("memory_max_bytes", "memory_high_bytes"),
+            "runtime": ("autotune_measure",)}
 
 
 class PlanError(ValueError):
@@ -230,9 +232,10 @@ def slice_part(intent, facts, cpu, slice_values):
     }
 
 
-def runtime_part(intent, facts, cpu, slice_):
+def runtime_part(intent, facts, cpu, slice_, autotune=None):
     """The service's slice (the slice part's name: edge_cgroups_slice names it for every role), CPUs,
-    compute threads and scheduling."""
+    compute threads and scheduling: the intent's, or the choice of the device's autotune record
+    (``autotune``, edge_facts' ``edge_autotune``) where it was measured on these CPUs and backend."""
     choice = str(intent.get("edge_runtime_cpus", "auto")).strip()
     if choice == "auto":
         cpulist = cpu["inference_list"]
@@ -242,16 +245,59 @@ def runtime_part(intent, facts, cpu, slice_):
         cpulist = format_cpulist(parse_cpulist(choice))
     cpus = sorted(parse_cpulist(cpulist)) if cpulist else []
     online = (facts.get("cpu") or {}).get("online") or []
+    backend = intent.get("edge_runtime_backend", "cpu")
+    default = {"policy": intent.get("edge_runtime_sched_policy", "other"),
+               "priority": intent.get("edge_runtime_sched_priority", 40),
+               "threads": str(compute_threads(len(cpus), len(online), backend))}
+    tuned = autotune_part(intent, autotune, cpulist, backend, default)
+    chosen = tuned["state"]["choice"] if tuned["state"]["in_force"] else None
+    policy = (chosen or default)["policy"]
     return {
         "cpus": cpus,
         "cpulist": cpulist,
-        "backend": intent.get("edge_runtime_backend", "cpu"),
-        "threads": compute_threads(len(cpus), len(online), intent.get("edge_runtime_backend", "cpu")),
+        "backend": backend,
+        "threads": resolve_threads(chosen["threads"], len(cpus)) if chosen else int(default["threads"]),
         "slice": slice_["name"],
-        "sched_policy": intent.get("edge_runtime_sched_policy", "other"),
-        "sched_priority": intent.get("edge_runtime_sched_priority", 40),
+        "sched_policy": policy,
+        "sched_priority": (chosen or default)["priority"] if policy != "other" else default["priority"],
         "require_fifo": intent.get("edge_runtime_require_fifo", True),
         "require_affinity": intent.get("edge_runtime_require_affinity", True),
+        "autotune": tuned["state"],
+        "autotune_measure": tuned["measure"],
+    }
+
+
+def autotune_part(intent, record, cpulist, backend, default):
+    """What the runtime's autotune gives the plan. ``state``: the recorded choice and whether it is in
+    force (measured on the plan's CPUs and backend; else why not), part of the desired state;
+    ``measure``: whether this apply measures (edge_runtime_autotune on, and no matching choice, other
+    candidates or noise than measured, or edge_runtime_autotune_again), which is not."""
+    why_not = edge_autotune.in_force(record, cpulist, backend)
+    candidates = [dict((k, c[k]) for k in ("name",) + edge_autotune.KEYS)
+                  for c in edge_autotune.parse_candidates(intent.get("edge_runtime_autotune_candidates") or [],
+                                                          default)]
+    noise = intent.get("edge_runtime_autotune_noise", "none")
+    enabled = bool(intent.get("edge_runtime_autotune", False))
+    record = record if isinstance(record, dict) and not record.get("error") else {}
+    # The default candidate is the deploy's own settings there (unpinned where the kernel refused the CPUs).
+    stale = (why_not is not None or candidates[1:] != (record.get("candidates") or [])[1:]
+             or noise != record.get("noise"))
+    return {
+        "state": {
+            "in_force": why_not is None,
+            "not_in_force": why_not,
+            "choice": record.get("choice"),
+            "measured_at": record.get("measured_at"),
+            "release": record.get("release"),
+            "results": [dict((k, r.get(k)) for k in ("name", "inter_token_p99_ms", "ttft_p99_ms"))
+                        for r in record.get("results") or []],
+        },
+        "measure": {
+            "enabled": enabled,
+            "needed": enabled and bool(cpulist) and (bool(intent.get("edge_runtime_autotune_again", False)) or stale),
+            "candidates": candidates,
+            "noise": noise,
+        },
     }
 
 
@@ -288,6 +334,11 @@ def _desired(part, values):
     return dict((k, v) for k, v in values.items() if k not in OBSERVED.get(part, ()))
 
 
+# Variables that say how and when to measure, not what is deployed: the measured choice is (the plan's
+# runtime.autotune), so `edgetune tune runtime` with other candidates leaves a clean audit behind.
+HOW_NOT_WHAT = ("edge_runtime_autotune",)
+
+
 def audit_part(intent, plan, role_options, code=None):
     """What each recorded role's desired state is made of, for the drift audit.
 
@@ -304,7 +355,7 @@ def audit_part(intent, plan, role_options, code=None):
     """
     roles = {}
     for role, parts in sorted(RECORDED_ROLES.items()):
-        names = sorted(n for n in role_options.get(role) or () if n in intent)
+        names = sorted(n for n in role_options.get(role) or () if n in intent and not n.startswith(HOW_NOT_WHAT))
         roles[role] = {
             "enabled": _recorded(role, intent),
             "inputs": {
@@ -375,7 +426,7 @@ def release_changes(served, resolved):
 
 
 def build(intent, facts, profile, partition, slice_values=None, role_options=None, code=None, applied=None,
-          full=False, artifacts=None):
+          full=False, artifacts=None, autotune=None):
     """The plan of one device.
 
     ``intent``: the typed values of every role's variables (defaults filled
@@ -384,7 +435,8 @@ def build(intent, facts, profile, partition, slice_values=None, role_options=Non
     edge_intent.slice_plan's (quota resolved, memory limits in bytes);
     ``role_options``: {role: option names} and ``code``: {role: digest}, for
     the audit part; ``applied``/``full``/``artifacts`` (the runtime's, as the controller resolved
-    them): for the converge part (see converge_part).
+    them): for the converge part (see converge_part); ``autotune``: the device's autotune record
+    (edge_facts' ``edge_autotune``), for the runtime part.
     """
     if not facts or not profile:
         raise PlanError("no board facts: run role edge_facts before planning")
@@ -406,7 +458,7 @@ def build(intent, facts, profile, partition, slice_values=None, role_options=Non
         "bootargs": bootargs_part(intent, facts, profile, cpu),
         "power": power_part(intent, facts, profile, cpu),
         "slice": slice_,
-        "runtime": runtime_part(intent, facts, cpu, slice_),
+        "runtime": runtime_part(intent, facts, cpu, slice_, autotune),
         "netqos": netqos_part(slice_),
         "boot": boot_part(),
         "reboot": {"policy": intent.get("edge_reboot_policy", "auto")},

@@ -95,6 +95,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+edge_autotune:
+  description: >-
+    The runtime's autotune record (C(/etc/edgetune/autotune.json): the measurements and the
+    choice, which the plan applies), null when there is none, C({error}) when it cannot be read;
+    published as C(ansible_facts.edge_autotune).
+  returned: always
+  type: dict
 edge_applied:
   description: With O(records), per recorded role its recorded C(inputs), whether its checks all hold now
     (C(holds)) and the first settings that do not (C(not_holding)); published as C(ansible_facts.edge_applied).
@@ -292,7 +299,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_board import (
     bsp_release, cgroup_mode, cpu_topology, detect_bootloader, device_tree, devfreq_nodes,
     kernel_config, kernel_features, l4t_release, memory_kb, read, rt_throttle, soc_family, systemd_device_units,
     systemd_version)
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_lease
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_autotune, edge_lease
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import applied_state
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 
@@ -385,7 +392,8 @@ def main():
     except (OSError, ValueError) as exc:
         module.fail_json(msg="edge_facts could not read the board: %s" % exc)
     # The lease is bookkeeping of the run, not a setting: a run that changes nothing reports no change.
-    published = {"edge": facts}
+    # The runtime's autotune record (its measured choice), which the plan applies.
+    published = {"edge": facts, "edge_autotune": edge_autotune.read_record(module.params["root"])}
     if module.params["records"]:
         published["edge_applied"] = applied_state(module.params["root"], module.params["records"])
     module.exit_json(changed=False, ansible_facts=published, **extra)

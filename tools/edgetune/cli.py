@@ -30,6 +30,7 @@ COMMANDS = [  # (command, the modules that add it, its help)
     ("verify", ["edgetune.verify"], "run the device checks of the twins' tests against devices "
                                     "(expected values from the inventory's intent and the boards' facts)"),
     ("plan", ["edgetune.plan"], "print each device's plan (the validated desired state), reading only the facts"),
+    ("tune", ["edgetune.tune"], "tune on the devices themselves (the runtime's settings, measured)"),
 ]
 TOOL_MODULES = [module for _, modules, _ in COMMANDS for module in modules]
 TWIN_HELP = "device twins (systemd containers that look like a board)"

@@ -41,6 +41,20 @@ def _settings(items, key):
                      for item in items) or "none"
 
 
+def autotune_line(tuned, measure):
+    """What the runtime's autotune gives the plan: the choice in force (with its measurements), or
+    why the defaults apply, and whether the next apply measures."""
+    then = "; the next apply measures" if measure.get("needed") else ""
+    choice = tuned.get("choice")
+    if tuned.get("in_force") and choice:
+        results = ", ".join("%s %s ms" % (r["name"], r["inter_token_p99_ms"]) for r in tuned.get("results") or [])
+        return "choice %s (measured %s: inter-token P99 %s)%s" % (choice["name"], tuned.get("measured_at"),
+                                                                  results or "none", then)
+    if not measure.get("enabled") and not choice:
+        return "off (edge_runtime_autotune)"
+    return "defaults: %s%s" % (tuned.get("not_in_force") or "no choice recorded", then)
+
+
 def describe(host, plan):
     """A person's view of one plan: one line per part."""
     board, cpu, boot, power, piece, runtime = (plan[k] for k in ("board", "cpu", "bootargs", "power", "slice",
@@ -77,6 +91,7 @@ def describe(host, plan):
                  % (runtime["cpulist"] or "unpinned", runtime["threads"], runtime.get("backend", "cpu"),
                     "SCHED_OTHER" if policy == "other" else "%s priority %s" % (policy, runtime["sched_priority"]),
                     runtime["slice"]))
+    lines.append("  autotune  %s" % autotune_line(runtime.get("autotune") or {}, runtime.get("autotune_measure") or {}))
     lines.append("  reboot    policy %s" % plan["reboot"]["policy"])
     audit = plan.get("audit") or {}
     recorded = sorted(role for role, entry in (audit.get("roles") or {}).items() if entry["enabled"])
