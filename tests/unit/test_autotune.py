@@ -43,7 +43,7 @@ def test_the_fastest_candidate_is_chosen_and_every_one_ran_as_asked(tmp_path, mo
     server, model = fake_server(tmp_path)
     log = tmp_path / "starts.jsonl"
     monkeypatch.setenv("FAKE_LOG", str(log))
-    monkeypatch.setenv("FAKE_GAP_MS", "12")
+    monkeypatch.setenv("FAKE_GAP_MS", "60")
     monkeypatch.setenv("FAKE_GAP_THREADS_1_MS", "1")      # one thread wins
     cpus = ONLINE[-1:]
     candidates = at.parse_candidates(["two:threads=2", "one:threads=1"], dict(DEFAULT, threads="n"))
@@ -51,7 +51,8 @@ def test_the_fastest_candidate_is_chosen_and_every_one_ran_as_asked(tmp_path, mo
                         timeout_s=120)
     # threads "n" on one CPU is one thread too: the default and "one" run alike, "two" is slow.
     assert record["choice"]["name"] in ("one", "default") and record["results"][-1]["name"] == "two"
-    assert record["results"][0]["inter_token_p99_ms"] < record["results"][-1]["inter_token_p99_ms"] / 3
+    assert record["results"][0]["inter_token_p99_ms"] < record["results"][-1]["inter_token_p99_ms"]
+    assert record["results"][-1]["inter_token_p50_ms"] >= 55
     assert record["rounds"] == 2 and record["cpus"] == str(cpus[0]) and record["noise"] == "cpu"
     starts = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(starts) == 6                                # three candidates, two rounds
@@ -110,3 +111,30 @@ def test_an_unreadable_record_is_said_and_not_applied(tmp_path):
     assert record["error"].startswith("/etc/edgetune/autotune.json cannot be read")
     assert at.in_force(record, "1", "cpu") == record["error"]
     assert at.read_record(str(tmp_path / "none")) is None
+
+
+def run_module(capsys, check=False, **args):
+    import edge_runtime_autotune
+    from ansible.module_utils.testing import patch_module_args
+    args["_ansible_check_mode"] = check
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            edge_runtime_autotune.main()
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.controller
+def test_the_module_refuses_without_inference_cpus_and_check_mode_measures_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(at, "RECORD", str(tmp_path / "autotune.json"))
+    server, model = fake_server(tmp_path)
+    refused = run_module(capsys, server=server, model=model, cpus="", planned_cpus="")
+    assert refused["failed"] and "there are no inference CPUs to tune" in refused["msg"]
+    bad = run_module(capsys, server=server, model=model, planned_cpus="1", candidates=["x:poll=0"])
+    assert bad["failed"] and "poll cannot be applied by the role" in bad["msg"]
+    checked = run_module(capsys, check=True, server=server, model=model, planned_cpus="1", candidates=["x:threads=1"])
+    assert checked["changed"] and checked["record"] is None and not (tmp_path / "autotune.json").exists()
+    assert run_module(capsys, state="absent")["changed"] is False
+    (tmp_path / "autotune.json").write_text(json.dumps({"choice": {"name": "x"}}))
+    gone = run_module(capsys, state="absent")
+    assert gone["changed"] and gone["ansible_facts"] == {"edge_autotune": None}
+    assert not (tmp_path / "autotune.json").exists()

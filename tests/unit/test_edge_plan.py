@@ -137,6 +137,64 @@ def test_a_bad_intent_is_refused_before_planning():
     assert checked["partition"] is None
 
 
+def tuned_plan(values=None, record=None, name="orin-nx"):
+    facts, profile = board(name)
+    checked = intent.validate(dict(values or {}), SPECS, facts=facts, profile=profile)
+    assert checked["problems"] == [], checked["problems"]
+    options = dict((role, list(spec)) for role, spec in SPECS.items())
+    return edge_plan.build(checked["intent"], facts, profile, checked["partition"], checked["slice"],
+                           role_options=options, autotune=record)
+
+
+RECORD = {"cpus": "4-7", "backend": "cpu", "noise": "none", "measured_at": "2026-12-05T10:00:00Z",
+          "candidates": [{"name": "default", "policy": "other", "priority": 0, "threads": "4"},
+                         {"name": "pinned-fifo", "policy": "fifo", "priority": 40, "threads": "n"},
+                         {"name": "threads-n-1", "policy": "other", "priority": 0, "threads": "n-1"},
+                         {"name": "threads-n-2", "policy": "other", "priority": 0, "threads": "n/2"}],
+          "results": [{"name": "pinned-fifo", "inter_token_p99_ms": 7.8, "ttft_p99_ms": 20.0}],
+          "choice": {"name": "pinned-fifo", "policy": "fifo", "priority": 30, "threads": "n-1"}}
+
+
+def test_a_recorded_autotune_choice_is_applied_where_it_was_measured():
+    plan = tuned_plan(record=RECORD)
+    runtime = plan["runtime"]
+    assert (runtime["sched_policy"], runtime["sched_priority"], runtime["threads"]) == ("fifo", 30, 3)
+    assert runtime["autotune"]["in_force"] and runtime["autotune"]["choice"]["name"] == "pinned-fifo"
+    assert runtime["autotune_measure"] == dict(runtime["autotune_measure"], enabled=False, needed=False)
+    # Measured on other CPUs or another backend: the defaults, and why.
+    elsewhere = tuned_plan({"edge_runtime_cpus": "5-7"}, RECORD)["runtime"]
+    assert (elsewhere["sched_policy"], elsewhere["threads"]) == ("other", 3)
+    assert elsewhere["autotune"]["not_in_force"] == "it was measured on CPUs 4-7, the plan's are 5-7"
+    cuda = tuned_plan({"edge_runtime_backend": "cuda"}, RECORD)["runtime"]
+    assert cuda["threads"] == 2 and not cuda["autotune"]["in_force"]
+
+
+def test_an_apply_measures_only_when_asked_and_no_matching_choice_is_recorded():
+    on = {"edge_runtime_autotune": True}
+    assert tuned_plan(on)["runtime"]["autotune_measure"]["needed"]                 # nothing recorded
+    assert not tuned_plan(on, RECORD)["runtime"]["autotune_measure"]["needed"]     # measured with these
+    assert tuned_plan(dict(on, edge_runtime_autotune_again=True), RECORD)["runtime"]["autotune_measure"]["needed"]
+    assert tuned_plan(dict(on, edge_runtime_autotune_noise="cpu"), RECORD)["runtime"]["autotune_measure"]["needed"]
+    other = dict(on, edge_runtime_autotune_candidates=["fifo-50:policy=fifo,priority=50"])
+    assert tuned_plan(other, RECORD)["runtime"]["autotune_measure"]["needed"]
+    assert not tuned_plan({"edge_runtime_autotune": True, "edge_runtime_cpus": "none"})["runtime"][
+        "autotune_measure"]["needed"]                                              # no inference CPUs
+
+
+def test_how_autotune_measures_is_not_desired_state_but_its_choice_is():
+    """`edgetune tune runtime` with its own candidates leaves an audit clean: the variables of the
+    measurement are not recorded inputs; the choice (the plan's runtime part) is."""
+    plain, tuned = tuned_plan(record=RECORD), tuned_plan({"edge_runtime_autotune": True,
+                                                          "edge_runtime_autotune_candidates": ["x:threads=1"],
+                                                          "edge_runtime_autotune_timeout": 60}, RECORD)
+    assert plain["audit"]["roles"]["edge_runtime"]["inputs"] == tuned["audit"]["roles"]["edge_runtime"]["inputs"]
+    assert not any(n.startswith("edge_runtime_autotune")
+                   for n in plain["audit"]["roles"]["edge_runtime"]["inputs"]["variables"])
+    untuned = tuned_plan()
+    assert untuned["audit"]["roles"]["edge_runtime"]["inputs"]["plan"] != \
+        plain["audit"]["roles"]["edge_runtime"]["inputs"]["plan"]
+
+
 # --------------------------------------------------------------------------
 # The audit part: what each recorded role's desired state is made of.
 

@@ -44,3 +44,16 @@ def test_exit_code_and_json(monkeypatch, capsys):
     args.json = False
     assert plan_cli.cmd_plan(args) == 1
     assert "x: NOT PLANNED (failed)" in capsys.readouterr().out
+
+
+def test_the_description_shows_the_autotune_choice_or_why_the_defaults_apply():
+    from test_edge_plan import RECORD, tuned_plan
+    lines = plan_cli.describe("orin-1", tuned_plan(record=RECORD)).splitlines()
+    runtime = next(line for line in lines if line.startswith("  runtime"))
+    tuned = next(line for line in lines if line.startswith("  autotune"))
+    assert "3 threads" in runtime and "fifo priority 30" in runtime
+    assert tuned == "  autotune  choice pinned-fifo (measured 2026-12-05T10:00:00Z: inter-token P99 pinned-fifo 7.8 ms)"
+    off = plan_cli.describe("orin-1", tuned_plan()).splitlines()
+    assert "  autotune  off (edge_runtime_autotune)" in off
+    asked = plan_cli.describe("orin-1", tuned_plan({"edge_runtime_autotune": True})).splitlines()
+    assert "  autotune  defaults: no choice is recorded on the device; the next apply measures" in asked
