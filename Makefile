@@ -89,11 +89,18 @@ integration: venv artifacts
 	if [ "$$(id -u)" -eq 0 ]; then tools/setup-netqos-host; fi
 	pytest -q tests/integration
 
+# Molecule 26 looks for a scenario named default for its shared state and, not finding one (we
+# have none on purpose: each board is its own scenario), logs a CRITICAL "glob failed" and carries
+# on; that one line is dropped.
+MOLECULE_NOISE := 'molecule/default/molecule.yml'"'"' glob failed'
+
 molecule: images artifacts
-	for scenario in $(SCENARIOS); do molecule test -s $$scenario; done
+	for scenario in $(SCENARIOS); do \
+	    molecule test -s $$scenario 2>&1 | { grep --line-buffered -v $(MOLECULE_NOISE) || true; }; \
+	done
 
 vm-test: vm-image artifacts
-	molecule test -s $(VM_SCENARIO)
+	molecule test -s $(VM_SCENARIO) 2>&1 | { grep --line-buffered -v $(MOLECULE_NOISE) || true; }
 
 # Package installs (Docker engine, qemu) and shared builds first, then the VM
 # scenario in the background while the rest runs.
