@@ -75,7 +75,9 @@ CPU_ROLES = ("edge_bootargs", "edge_cpu", "edge_cgroups", "edge_power", "edge_ru
 SLICE_OPTION = "edge_cgroups_slice"
 SLICE_ALIASES = {"edge_runtime_slice": "edge_runtime", "edge_netqos_cgroup": "edge_netqos"}
 # Set by the playbooks while they run (never intent).
-PLAYBOOK_EXPORTS = ("edge_reboot_reasons", "edge_reboot_result", "edge_reboot_verify", "edge_audit_result")
+PLAYBOOK_EXPORTS = ("edge_reboot_reasons", "edge_reboot_result", "edge_reboot_verify", "edge_audit_result",
+                    # Facts of edge_facts and edge_plan, which Ansible also sets as variables.
+                    "edge_applied", "edge_autotune", "edge_plan")
 
 # A file or directory on the device: absolute, normalized, and nothing a unit
 # file or a shell would read differently (no spaces, no %, no quotes).

@@ -56,6 +56,8 @@ def test_a_run_that_changes_nothing_skips_every_role_that_is_current(host):
     roles = set(skipped.group(1).replace(",", " ").split())
     current = {"edge_bootargs", "edge_cpu", "edge_cgroups", "edge_boot", "edge_audit_timer", "edge_runtime"}
     assert current <= roles, roles
+    # The facts the preflight reads (edge_applied, edge_autotune) are no unknown variables.
+    assert "is not a variable of any edgetune role" not in text, result.stdout[-3000:]
 
 
 def test_summary_names_board_and_release(host, expected, check_run):
