@@ -8,6 +8,8 @@ collection (found the way the collection_file lookup finds the collection's
 files), and runs plugins/module_utils/edge_intent.py's validate(). The
 documentation is plugins/modules/edge_validate.py.
 """
+import copy
+import functools
 import os
 import shlex
 import shutil
@@ -25,8 +27,19 @@ from ansible_collections.edgetune.fleet.plugins.module_utils import edge_intent
 display = Display()
 
 
+# libyaml's loader where PyYAML has it: the pure-Python one took most of the planner's time.
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_specs(root=COLLECTION_ROOT):
-    """{role: main options} of every role's meta/argument_specs.yml, and the names the roles export."""
+    """{role: main options} of every role's meta/argument_specs.yml, and the names the roles export
+    (read once per process; the caller gets its own copy)."""
+    specs, exports = _read_specs(root)
+    return copy.deepcopy(specs), list(exports)
+
+
+@functools.lru_cache(maxsize=None)
+def _read_specs(root):
     specs, exports = {}, set()
     roles_dir = os.path.join(root, "roles")
     for role in sorted(os.listdir(roles_dir)):
@@ -34,12 +47,12 @@ def load_specs(root=COLLECTION_ROOT):
         if not os.path.isfile(path):
             continue
         with open(path) as handle:
-            doc = yaml.safe_load(handle) or {}
+            doc = yaml.load(handle, Loader=YAML_LOADER) or {}
         specs[role] = ((doc.get("argument_specs") or {}).get("main") or {}).get("options") or {}
         readme = os.path.join(roles_dir, role, "meta", "readme.yml")
         if os.path.isfile(readme):
             with open(readme) as handle:
-                exports.update((yaml.safe_load(handle) or {}).get("exports") or {})
+                exports.update((yaml.load(handle, Loader=YAML_LOADER) or {}).get("exports") or {})
         # Every role publishes its drift checks as edge_<role>_audit.
         exports.add(role + "_audit")
     return specs, sorted(e for e in exports if e.startswith("edge_"))

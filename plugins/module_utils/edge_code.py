@@ -31,6 +31,7 @@ Nothing here runs on the device; the standard library only.
 import ast
 import functools
 import hashlib
+import json
 import os
 import re
 
@@ -200,8 +201,47 @@ def _cached(roles, root, shipped):
     return role_code_digests(roles, root, dict((role, list(paths)) for role, paths in shipped))
 
 
-def cached_role_code_digests(roles, root, shipped=None):
-    """role_code_digests, computed once per process for the same roles, root and shipped files
-    (the planner runs once per host: the code does not change within a run)."""
+def tree_state(root, subdirs=("roles", "plugins")):
+    """sha1 of the name, size and modification time of every file under ``subdirs``: what the code
+    digests depend on, read with stat alone (milliseconds, where parsing the code takes a second)."""
+    digest = hashlib.sha1()
+    for sub in subdirs:
+        for relative in _files_under(root, sub):
+            info = os.stat(os.path.join(root, relative))
+            digest.update(("%s %d %d\n" % (relative, info.st_size, info.st_mtime_ns)).encode())
+    return digest.hexdigest()
+
+
+def _cache_dir():
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "edgetune", "code") if os.path.isabs(base) else None
+
+
+def cached_role_code_digests(roles, root, shipped=None, cache_dir=None):
+    """role_code_digests, computed once per process for the same roles, root and shipped files, and
+    kept on the controller's disk by the state of the collection's files (tree_state): the planner
+    runs once per host, each in a worker process of its own, and the code does not change within a
+    run. A cache that cannot be read or written only costs the computation again."""
     shipped = tuple(sorted((role, tuple(paths)) for role, paths in (shipped or {}).items()))
-    return dict(_cached(tuple(sorted(roles)), root, shipped))
+    roles = tuple(sorted(roles))
+    cache_dir = _cache_dir() if cache_dir is None else cache_dir
+    entry = None
+    if cache_dir:
+        key = hashlib.sha1(json.dumps([tree_state(root), os.path.realpath(root), roles, shipped]).encode())
+        entry = os.path.join(cache_dir, key.hexdigest() + ".json")
+        try:
+            with open(entry) as handle:
+                return json.load(handle)
+        except (OSError, ValueError):
+            pass
+    found = dict(_cached(roles, root, shipped))
+    if entry:
+        try:
+            os.makedirs(cache_dir, exist_ok=True)
+            partial = "%s.%d.tmp" % (entry, os.getpid())
+            with open(partial, "w") as handle:
+                json.dump(found, handle)
+            os.rename(partial, entry)
+        except OSError:
+            pass
+    return found

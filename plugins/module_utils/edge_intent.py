@@ -1106,7 +1106,7 @@ class _Checker(object):
                                 % os.path.basename(path)))
                 continue
             try:
-                manifests[kind] = artifact.inspect_tarball(path, kind)[0]
+                manifests[kind] = artifact.checked_manifest(path, kind, actual)
             except artifact.ArtifactError as exc:
                 self.problem(src, "a corrupt or foreign artifact: %s" % exc)
         if self.facts:

@@ -448,3 +448,32 @@ def test_auto_needs_one_gguf_engine_the_board_accepts(packaged):
         (packaged / (name + ".tar.gz")).unlink()
     with pytest.raises(ArtifactError, match="no GGUF engine in .* that llama-server 0.5.0 loads on this board"):
         default_release(str(packaged), device)
+
+
+def test_the_controller_checks_a_tarball_once_per_content(tmp_path, monkeypatch):
+    """checked_manifest remembers a checked tarball by its sha256: the same content is not
+    unpacked again (a fleet's preflight), other content is, and a failed check is not remembered."""
+    from ansible_collections.edgetune.fleet.plugins.module_utils import edge_artifact
+    files = {"model.json": b'{"x": 1}\n'}
+    tar = make_tar(tmp_path / "a.tar.gz", [("model.json", files["model.json"])], engine_manifest_for(files))
+    sha = edge_artifact.sha256_file(str(tar))
+    cache = tmp_path / "cache"
+    first = edge_artifact.checked_manifest(str(tar), "engine", sha, str(cache))
+    assert first == inspect_tarball(str(tar), "engine")[0] and len(list(cache.iterdir())) == 1
+
+    def unpacked(*_args):
+        raise AssertionError("unpacked again")
+    monkeypatch.setattr(edge_artifact, "inspect_tarball", unpacked)
+    assert edge_artifact.checked_manifest(str(tar), "engine", sha, str(cache)) == first
+    with pytest.raises(AssertionError, match="unpacked again"):
+        edge_artifact.checked_manifest(str(tar), "engine", "0" * 64, str(cache))
+    monkeypatch.undo()
+    bad = make_tar(tmp_path / "b.tar.gz", [("model.json", b"evil")], engine_manifest_for({"model.json": b"good"}))
+    for _ in range(2):
+        with pytest.raises(ArtifactError, match="but the manifest says"):
+            edge_artifact.checked_manifest(str(bad), "engine", edge_artifact.sha256_file(str(bad)), str(cache))
+    assert len(list(cache.iterdir())) == 1
+    # A cache that cannot be written only costs the check again.
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    assert edge_artifact.checked_manifest(str(tar), "engine", sha, str(blocked / "sub")) == first

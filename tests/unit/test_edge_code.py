@@ -150,11 +150,27 @@ def test_a_module_that_does_not_parse_still_counts(fake):
     assert changed(fake, "plugins/modules/mod_a.py", "def (:\n") == ["role_a"]
 
 
-def test_computed_once_per_process(fake):
-    first = edge_code.cached_role_code_digests(ROLES, str(fake))
+def test_computed_once_per_process(fake, tmp_path):
+    first = edge_code.cached_role_code_digests(ROLES, str(fake), cache_dir="")
     (fake / "plugins/module_utils/util_a.py").write_text("A = 2\n")
-    assert edge_code.cached_role_code_digests(ROLES, str(fake)) == first
+    assert edge_code.cached_role_code_digests(ROLES, str(fake), cache_dir="") == first
     assert edge_code.role_code_digests(ROLES, str(fake)) != first
+
+
+def test_kept_on_disk_by_the_state_of_the_files(fake, tmp_path, monkeypatch):
+    """Each host's planner runs in a worker process of its own: the digests are kept on the
+    controller's disk, found again while no file of roles/ or plugins/ changed, computed anew after."""
+    cache = tmp_path / "cache"
+    first = edge_code.cached_role_code_digests(ROLES, str(fake), cache_dir=str(cache))
+    assert len(list(cache.iterdir())) == 1
+
+    def computed(*_args):
+        raise AssertionError("computed again")
+    monkeypatch.setattr(edge_code, "_cached", computed)
+    assert edge_code.cached_role_code_digests(ROLES, str(fake), cache_dir=str(cache)) == first
+    (fake / "roles/role_b/templates/b.conf.j2").write_text("value=2\n")
+    with pytest.raises(AssertionError, match="computed again"):
+        edge_code.cached_role_code_digests(ROLES, str(fake), cache_dir=str(cache))
 
 
 def _task_modules(tasks):
