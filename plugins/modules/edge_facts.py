@@ -27,7 +27,10 @@ description:
     P(edgetune.fleet.edge_lease#module). Its action plugin fills in the holder (the run of
     ansible-playbook on this controller) and takes over the lease of a run of this controller that has
     ended. In check mode it only reports a lease another run holds.
-  - Matching the board to a curated profile is done by the C(edge_facts) role, on the controller.
+  - With O(profiles_dirs), the action plugin matches the board to a curated profile on the controller
+    (the C(edge_board_profile) filter's rule), returns it as RV(profile) and fails, in the same task,
+    on a board no profile matches or, with O(strict_topology), on CPU clusters that differ from the
+    profile's; where it took the apply lease in that task, it gives it back.
 version_added: "0.1.0"
 author:
   - edgetune contributors (!UNKNOWN)
@@ -43,6 +46,16 @@ options:
         C(ansible_facts.edge_applied), so that the plan can skip the roles whose last apply is current
         and holds, in the same execution.
     type: path
+  profiles_dirs:
+    description:
+      - Directories of board profiles on the controller (YAML files, one board a file), read by the action
+        plugin in this order; the module itself never gets them.
+    type: list
+    elements: path
+  strict_topology:
+    description: With O(profiles_dirs), fail when the detected CPU clusters differ from the profile's.
+    type: bool
+    default: true
   lease:
     description:
       - Take the apply lease before reading (an apply's first device execution).
@@ -95,6 +108,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+profile:
+  description: >-
+    With O(profiles_dirs), the matched board profile, with the fields that differ by L4T release resolved
+    (the role publishes it as C(edge_facts_profile)).
+  returned: when O(profiles_dirs) is given and a profile matches
+  type: dict
 edge_autotune:
   description: >-
     The runtime's autotune record (C(/etc/edgetune/autotune.json): the measurements and the
@@ -368,6 +387,9 @@ def lease_step(options, check_mode):
 def main():
     module = AnsibleModule(argument_spec={"root": {"type": "path", "default": "/"},
                                           "records": {"type": "path"},
+                                          # The action plugin's (the profiles are on the controller).
+                                          "profiles_dirs": {"type": "list", "elements": "path"},
+                                          "strict_topology": {"type": "bool", "default": True},
                                           "lease": {"type": "dict", "options": LEASE_SPEC}},
                            supports_check_mode=True)
     extra = {}

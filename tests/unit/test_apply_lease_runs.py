@@ -95,3 +95,24 @@ def test_a_second_apply_waits_fails_naming_the_first_and_then_gets_it(tmp_path):
     assert said["taken"] and said["took_over"].startswith("ended lease of controller")
     (tmp_path / "fourth.go").write_text("")
     assert fourth.wait(timeout=60) == 0
+
+
+def test_a_board_no_profile_matches_fails_in_the_first_task_and_gives_the_lease_back(tmp_path):
+    """edge_facts matches the board on the controller in the task that took the lease: an unknown
+    board stops the run there, with one line, and the lease goes back (the run changed nothing)."""
+    (tmp_path / "root").mkdir()
+    playbook = tmp_path / "unknown.yml"
+    playbook.write_text(PLAYBOOK.format(root=tmp_path / "root", wait=0, lease=tmp_path / "apply.lease",
+                                        out=tmp_path / "unknown.json", release=tmp_path / "unknown.go").replace(
+        "        lease: {ttl: 600, wait: 0, path: %s}\n" % (tmp_path / "apply.lease"),
+        "        lease: {ttl: 600, wait: 0, path: %s}\n        profiles_dirs: [%s]\n"
+        % (tmp_path / "apply.lease", REPO / "roles" / "edge_facts" / "files" / "board_profiles")))
+    assert "profiles_dirs" in playbook.read_text()
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", EDGETUNE_NO_SUMMARY="1")
+    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                           str(playbook), "-e", "ansible_python_interpreter=" + sys.executable], cwd=str(REPO),
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                          timeout=120, check=False)
+    assert done.returncode != 0 and "Unknown board: model" in " ".join(done.stdout.split()), done.stdout[-2000:]
+    assert not (tmp_path / "unknown.json").exists()
+    assert not (tmp_path / "apply.lease").exists()
