@@ -66,9 +66,13 @@ class ActionModule(ValidateAction):
             raise AnsibleActionFail("%s: cannot plan the device: %s"
                                     % (task_vars.get("inventory_hostname", "this host"), exc)) from None
         skipped = sorted(plan["converge"]["skip"])
+        # The board and its release are also the fleet summary's (edge_summary), one line per device.
+        release = ("L4T %s" % facts["l4t"]["version"]) if facts.get("l4t") else "%s %s" % (
+            (facts.get("bsp") or {}).get("name"), (facts.get("bsp") or {}).get("version"))
         result.update(plan=plan, ansible_facts={"edge_plan": plan},
-                      msg="planned: inference CPUs %s, housekeeping %s%s"
-                          % (plan["cpu"]["inference_list"] or "none", plan["cpu"]["housekeeping_list"],
+                      msg="%s (%s), bootloader %s, cgroup %s: planned: inference CPUs %s, housekeeping %s%s"
+                          % (profile.get("title"), release, plan["board"]["bootloader"], plan["board"]["cgroup"],
+                             plan["cpu"]["inference_list"] or "none", plan["cpu"]["housekeeping_list"],
                              "; current, skipped: %s" % ", ".join(skipped) if skipped else ""))
         return result
 
