@@ -58,7 +58,7 @@ class ActionModule(ValidateAction):
                                    role_options=role_options, code=code_digests(edge_plan.RECORDED_ROLES),
                                    applied=self._templar.template(applied) if applied is not None else None,
                                    full="full" in (task_vars.get("ansible_run_tags") or []),
-                                   artifacts=checked["artifacts"],
+                                   artifacts=checked["artifacts"], numa=checked["numa"],
                                    autotune=self._templar.template(
                                        (task_vars.get("ansible_facts") or {}).get("edge_autotune")))
         except edge_plan.PlanError as exc:

@@ -28,6 +28,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils import edge_artifac
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_autotune
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_dvfs as dvfs
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_netqos_loader as netqos
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_numa as numa
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_pcie as pcie
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist
 
@@ -478,6 +479,7 @@ class _Checker(object):
         self.calendar = calendar
         self.controller_artifacts = controller_artifacts
         self.partition = None
+        self.numa = None
         self.slice_values = None
         self.artifacts = None
 
@@ -575,6 +577,7 @@ class _Checker(object):
         try:
             self.partition = cpu_partition(self.facts, self.profile, v["edge_cpu_isolate"],
                                            v["edge_cpu_housekeeping"], v["edge_cpu_allow_cpu0"])
+            self.numa_binding()
         except IntentError as exc:
             variable = exc.variable or "edge_cpu_isolate"
             text = str(exc)
@@ -590,6 +593,15 @@ class _Checker(object):
             allowed_text = ("; allowed: auto, none or a CPU list" if variable == "edge_cpu_isolate"
                             else "; allowed: auto or a CPU list" if variable == "edge_cpu_housekeeping" else "")
             self.problem(variable, text + hint + allowed_text)
+
+    def numa_binding(self):
+        """On a host of several NUMA nodes, the inference CPUs on the accelerator's node (edge_facts read
+        the layout): the slice's, the runtime's and the probe's CPUs (role edge_cpu's binding)."""
+        v = self.v
+        bind = v.get("edge_cpu_enabled", True) is not False and v.get("edge_cpu_numa_bind", True) is not False
+        self.numa = numa.binding(self.facts.get("numa"), self.partition["inference"], bind)
+        if self.numa["problem"]:
+            self.problem("edge_cpu_numa_accelerator", self.numa["problem"])
 
     # ------------------------------------------------------------ edge_bootargs
     def edge_bootargs(self):
@@ -682,8 +694,11 @@ class _Checker(object):
                  "edge_cgroups_probe_priority")
         if not self.board():
             return
-        # Without a valid CPU split (its variable is reported) the CPU quota is not checked.
+        # Without a valid CPU split (its variable is reported) the CPU quota is not checked. On several
+        # NUMA nodes the slice takes the inference CPUs on the accelerator's node.
         cpus = self.partition["inference"] if self.partition else None
+        if cpus and self.numa and self.numa["node"] is not None:
+            cpus = self.numa["cpus"]
         if cpus == []:
             self.problem("edge_cgroups_enabled", "there are no inference CPUs (edge_cpu_isolate: none): the "
                                                  "slice would have no CPUs of its own; allowed: false, or choose "
@@ -1311,7 +1326,8 @@ def validate(values, specs, facts=None, profile=None, roles=None, present=(), ex
             getattr(checker, role)()
     warnings = unknown_variables(present, specs, exports) if present else []
     return {"problems": report.problems(), "warnings": warnings, "deprecations": deprecations, "intent": intent,
-            "partition": checker.partition, "slice": checker.slice_values, "artifacts": checker.artifacts}
+            "partition": checker.partition, "numa": checker.numa, "slice": checker.slice_values,
+            "artifacts": checker.artifacts}
 
 
 def summary(host, problems, roles=None):

@@ -208,17 +208,36 @@ def power_part(intent, facts, profile, cpu):
     }
 
 
-def slice_part(intent, facts, cpu, slice_values):
+def numa_part(numa):
+    """The inference slice's NUMA binding (edge_intent's, from the layout edge_facts read): on several
+    nodes, the node of the accelerator and the inference CPUs on it, which the slice, the runtime and
+    the probe all take; else none (bound by cluster) and why."""
+    numa = numa or {}
+    return {"applicable": bool(numa.get("applicable")), "node": numa.get("node"),
+            "cpus": numa.get("cpus") if numa.get("node") is not None else None,
+            "cpulist": numa.get("cpulist") if numa.get("node") is not None else None,
+            "reason": numa.get("reason") or "the NUMA layout was not read"}
+
+
+def bound_cpus(cpu, numa):
+    """(cpus, cpulist) of the inference slice: the NUMA binding's where it has a node, else the cluster's."""
+    if numa["node"] is not None:
+        return numa["cpus"], numa["cpulist"]
+    return cpu["inference"], cpu["inference_list"]
+
+
+def slice_part(intent, facts, cpu, slice_values, numa):
     if not intent.get("edge_cgroups_enabled", True):
         return {"enabled": False, "name": intent.get("edge_cgroups_slice", "ai-infer.slice")}
     values = dict(slice_values or {})
+    cpus, cpulist = bound_cpus(cpu, numa)
     return {
         "enabled": True,
         "name": intent.get("edge_cgroups_slice", "ai-infer.slice"),
-        # Bound by cluster; on a multi-node host role edge_cpu narrows it to
-        # the accelerator's NUMA node (a device read).
-        "cpus": cpu["inference"],
-        "cpulist": cpu["inference_list"],
+        # Bound by cluster, or on a multi-node host to the accelerator's NUMA node (its memory too).
+        "cpus": cpus,
+        "cpulist": cpulist,
+        "numa_node": numa["node"],
         "cgroup": facts.get("cgroup") or "",
         "v1": facts.get("cgroup") in ("hybrid", "legacy"),
         "cpu_weight": intent.get("edge_cgroups_cpu_weight"),
@@ -232,13 +251,13 @@ def slice_part(intent, facts, cpu, slice_values):
     }
 
 
-def runtime_part(intent, facts, cpu, slice_, autotune=None):
+def runtime_part(intent, facts, cpu, slice_, autotune=None, numa=None):
     """The service's slice (the slice part's name: edge_cgroups_slice names it for every role), CPUs,
     compute threads and scheduling: the intent's, or the choice of the device's autotune record
     (``autotune``, edge_facts' ``edge_autotune``) where it was measured on these CPUs and backend."""
     choice = str(intent.get("edge_runtime_cpus", "auto")).strip()
     if choice == "auto":
-        cpulist = cpu["inference_list"]
+        cpulist = bound_cpus(cpu, numa or numa_part(None))[1]
     elif choice in ("none", ""):
         cpulist = ""
     else:
@@ -426,7 +445,7 @@ def release_changes(served, resolved):
 
 
 def build(intent, facts, profile, partition, slice_values=None, role_options=None, code=None, applied=None,
-          full=False, artifacts=None, autotune=None):
+          full=False, artifacts=None, autotune=None, numa=None):
     """The plan of one device.
 
     ``intent``: the typed values of every role's variables (defaults filled
@@ -436,15 +455,17 @@ def build(intent, facts, profile, partition, slice_values=None, role_options=Non
     ``role_options``: {role: option names} and ``code``: {role: digest}, for
     the audit part; ``applied``/``full``/``artifacts`` (the runtime's, as the controller resolved
     them): for the converge part (see converge_part); ``autotune``: the device's autotune record
-    (edge_facts' ``edge_autotune``), for the runtime part.
+    (edge_facts' ``edge_autotune``), for the runtime part; ``numa``: edge_intent's NUMA binding
+    (validate()'s "numa"), for the slice's and the runtime's CPUs.
     """
     if not facts or not profile:
         raise PlanError("no board facts: run role edge_facts before planning")
     if partition is None:
         raise PlanError("the CPU partition could not be computed (see the validation's messages)")
     cpu = cpu_part(intent, partition)
+    numa = numa_part(numa)
     # One slice name (edge_cgroups_slice) for every role: the runtime's and the classifier's are the slice part's.
-    slice_ = slice_part(intent, facts, cpu, slice_values)
+    slice_ = slice_part(intent, facts, cpu, slice_values, numa)
     plan = {
         "version": PLAN_VERSION,
         "board": {
@@ -458,7 +479,8 @@ def build(intent, facts, profile, partition, slice_values=None, role_options=Non
         "bootargs": bootargs_part(intent, facts, profile, cpu),
         "power": power_part(intent, facts, profile, cpu),
         "slice": slice_,
-        "runtime": runtime_part(intent, facts, cpu, slice_, autotune),
+        "numa": numa,
+        "runtime": runtime_part(intent, facts, cpu, slice_, autotune, numa),
         "netqos": netqos_part(slice_),
         "boot": boot_part(),
         "reboot": {"policy": intent.get("edge_reboot_policy", "auto")},

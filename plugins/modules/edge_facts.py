@@ -56,6 +56,12 @@ options:
     description: With O(profiles_dirs), fail when the detected CPU clusters differ from the profile's.
     type: bool
     default: true
+  numa_accelerator:
+    description:
+      - The inference accelerator whose NUMA node C(numa) names (a PCI address or a sysfs device directory);
+        empty finds it by PCI class (3D controller, VGA, processing accelerator, co-processor).
+    type: str
+    default: ""
   lease:
     description:
       - Take the apply lease before reading (an apply's first device execution).
@@ -305,6 +311,14 @@ ansible_facts:
           returned: always
           type: bool
           sample: true
+        numa:
+          description: >-
+            The NUMA nodes (C(nodes), id to CPU list), whether binding applies (more than one node), the
+            accelerator's sysfs path and C(node) (null where none or one node), and the C(reason) in words.
+          returned: always
+          type: dict
+          sample: {nodes: {"0": "0-7"}, node_count: 1, applicable: false, accelerator: null, node: null,
+                   reason: "one NUMA node (node0): NUMA binding does not apply"}
 """
 
 import os
@@ -318,7 +332,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_board import (
     bsp_release, cgroup_mode, cpu_topology, detect_bootloader, device_tree, devfreq_nodes,
     kernel_config, kernel_features, l4t_release, memory_kb, read, rt_throttle, soc_family, systemd_device_units,
     systemd_version)
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_autotune, edge_lease
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_autotune, edge_lease, edge_numa
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import applied_state
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 
@@ -334,7 +348,7 @@ def python_link(executable):
     return None
 
 
-def gather(root, run_command, which):
+def gather(root, run_command, which, numa_accelerator=""):
     tree = device_tree(root)
     release = platform.release()
     config, config_source = kernel_config(root, release)
@@ -365,6 +379,8 @@ def gather(root, run_command, which):
         "python": {"executable": sys.executable, "version": "%d.%d.%d" % tuple(sys.version_info[:3]),
                    "executable_link": python_link(sys.executable)},
         "nvpmodel": bool(which("nvpmodel")) and os.path.exists(os.path.join(root, "etc/nvpmodel.conf")),
+        # The NUMA nodes and the accelerator's node: the planner binds the inference slice to it.
+        "numa": edge_numa.layout(root, numa_accelerator),
     }
 
 
@@ -390,6 +406,7 @@ def main():
                                           # The action plugin's (the profiles are on the controller).
                                           "profiles_dirs": {"type": "list", "elements": "path"},
                                           "strict_topology": {"type": "bool", "default": True},
+                                          "numa_accelerator": {"type": "str", "default": ""},
                                           "lease": {"type": "dict", "options": LEASE_SPEC}},
                            supports_check_mode=True)
     extra = {}
@@ -410,7 +427,7 @@ def main():
         return module.get_bin_path(name, opt_dirs=["/usr/sbin", "/sbin"])
 
     try:
-        facts = gather(module.params["root"], run_command, which)
+        facts = gather(module.params["root"], run_command, which, module.params["numa_accelerator"])
     except (OSError, ValueError) as exc:
         module.fail_json(msg="edge_facts could not read the board: %s" % exc)
     # The lease is bookkeeping of the run, not a setting: a run that changes nothing reports no change.

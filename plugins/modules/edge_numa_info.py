@@ -102,74 +102,11 @@ reason:
   type: str
 """
 
-import os  # noqa: E402
-import re  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
-
-NODE_DIR = "sys/devices/system/node"
-PCI_DIR = "sys/bus/pci/devices"
-ACCELERATOR_CLASSES = ("0x0302", "0x0300", "0x1200", "0x0b40")
-_PCI_ADDRESS = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
-
-
-def under(root, path):
-    return os.path.join(root or "/", path.lstrip("/"))
-
-
-def _read(path):
-    with open(path, "r") as handle:
-        return handle.read().strip()
-
-
-def read_nodes(root):
-    base = under(root, NODE_DIR)
-    nodes = {}
-    if not os.path.isdir(base):
-        return nodes
-    for entry in os.listdir(base):
-        match = re.match(r"^node(\d+)$", entry)
-        if match:
-            try:
-                nodes[match.group(1)] = _read(os.path.join(base, entry, "cpulist"))
-            except OSError:
-                nodes[match.group(1)] = ""
-    return dict(sorted(nodes.items(), key=lambda kv: int(kv[0])))
-
-
-def device_node(path):
-    try:
-        return int(_read(os.path.join(path, "numa_node")))
-    except (OSError, ValueError):
-        return None
-
-
-def find_accelerator(root, given):
-    """(sysfs path, node, how) of the accelerator; path None when none was found."""
-    if given:
-        path = under(root, os.path.join(PCI_DIR, given)) if _PCI_ADDRESS.match(given) else under(root, given)
-        if not os.path.isdir(path):
-            return None, None, "the accelerator %s does not exist" % given
-        return path, device_node(path), "given as %s" % given
-    base = under(root, PCI_DIR)
-    try:
-        entries = sorted(os.listdir(base))
-    except OSError:
-        return None, None, "no PCI devices (%s)" % base
-    for cls in ACCELERATOR_CLASSES:
-        for entry in entries:
-            path = os.path.join(base, entry)
-            try:
-                if not _read(os.path.join(path, "class")).lower().startswith(cls):
-                    continue
-            except OSError:
-                continue
-            node = device_node(path)
-            if node is not None and node >= 0:
-                return path, node, "PCI device %s of class %s" % (entry, cls)
-    return None, None, "no PCI accelerator (classes %s) with a NUMA node" % ", ".join(ACCELERATOR_CLASSES)
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_numa import layout  # noqa: E402
 
 
 def inspect(root="/", accelerator="", cpus=""):
@@ -178,7 +115,7 @@ def inspect(root="/", accelerator="", cpus=""):
         wanted = parse_cpulist(cpus)
     except ValueError as exc:
         raise EdgeError("cpus: %s" % exc) from None
-    result = _inspect(root, accelerator)
+    result = layout(root, accelerator)
     result["node_cpus"] = []
     result["bind_cpus"] = wanted
     if result["node"] is not None:
@@ -192,30 +129,6 @@ def inspect(root="/", accelerator="", cpus=""):
                             "inference CPUs on that node (edge_cpu_isolate) or name another accelerator"
                             % (format_cpulist(wanted), result["node"], format_cpulist(result["node_cpus"])))
     result["bind_cpulist"] = format_cpulist(result["bind_cpus"])
-    return result
-
-
-def _inspect(root, accelerator):
-    nodes = read_nodes(root)
-    result = {"nodes": nodes, "node_count": len(nodes), "applicable": len(nodes) > 1,
-              "accelerator": None, "node": None}
-    if not nodes:
-        result["reason"] = "no NUMA nodes in /%s (kernel without CONFIG_NUMA): NUMA binding does not apply" % NODE_DIR
-        return result
-    if len(nodes) == 1:
-        result["reason"] = "one NUMA node (node%s): NUMA binding does not apply" % next(iter(nodes))
-        return result
-    path, node, how = find_accelerator(root, accelerator)
-    result["accelerator"] = path
-    if path is None:
-        result["reason"] = "%d NUMA nodes but %s: set the accelerator's PCI address to bind" % (len(nodes), how)
-    elif node is None or node < 0 or str(node) not in nodes:
-        result["reason"] = "%d NUMA nodes; the accelerator (%s) reports no node (numa_node %s)" % (
-            len(nodes), how, node)
-    else:
-        result["node"] = node
-        result["reason"] = "%d NUMA nodes; the accelerator (%s, %s) is on node %d (CPUs %s)" % (
-            len(nodes), how, path, node, nodes[str(node)])
     return result
 
 

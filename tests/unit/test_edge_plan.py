@@ -324,3 +324,51 @@ def test_the_netqos_record_follows_the_slice_name():
     assert sorted(before["plan"]) == ["netqos"]
     assert before["plan"]["netqos"] != after["plan"]["netqos"]
     assert netqos_inputs({}) == before
+
+
+# --------------------------------------------------------------------------
+# NUMA: the layout edge_facts reads (a fixture sysfs tree), bound once in the plan.
+
+def two_node_layout(root, nodes, accelerator_node):
+    from ansible_collections.edgetune.fleet.plugins.module_utils import edge_numa
+    for number, cpus in enumerate(nodes):
+        directory = root / "sys/devices/system/node" / ("node%d" % number)
+        directory.mkdir(parents=True)
+        (directory / "cpulist").write_text(cpus + "\n")
+    gpu = root / "sys/bus/pci/devices/0000:81:00.0"
+    gpu.mkdir(parents=True)
+    (gpu / "class").write_text("0x030200\n")
+    (gpu / "numa_node").write_text("%d\n" % accelerator_node)
+    return edge_numa.layout(str(root))
+
+
+def numa_plan(layout, values=None):
+    facts, profile = board("orin-nx")
+    facts = dict(facts, numa=layout)
+    checked = intent.validate(dict({"edge_cgroups_cpu_quota": "auto"}, **(values or {})), SPECS, facts=facts,
+                              profile=profile)
+    return checked, (edge_plan.build(checked["intent"], facts, profile, checked["partition"], checked["slice"],
+                                     numa=checked["numa"]) if not checked["problems"] else None)
+
+
+def test_on_two_nodes_the_slice_the_runtime_and_the_probe_take_the_accelerator_s_node(tmp_path):
+    checked, plan = numa_plan(two_node_layout(tmp_path, ["0-5", "6-7"], 1))
+    assert checked["problems"] == []
+    assert plan["cpu"]["inference"] == [4, 5, 6, 7]            # isolated by cluster, as before
+    assert plan["numa"]["node"] == 1 and plan["numa"]["cpus"] == [6, 7]
+    assert (plan["slice"]["cpus"], plan["slice"]["cpulist"], plan["slice"]["numa_node"]) == ([6, 7], "6-7", 1)
+    assert plan["slice"]["cpu_quota"] == "200%"               # auto follows the bound CPUs
+    assert (plan["runtime"]["cpus"], plan["runtime"]["cpulist"], plan["runtime"]["threads"]) == ([6, 7], "6-7", 2)
+    # One node (every Jetson Orin and RK3588): bound by cluster.
+    _checked, single = numa_plan(None)
+    assert single["numa"]["node"] is None and single["slice"]["cpulist"] == single["runtime"]["cpulist"] == "4-7"
+    # Binding off: the cluster's CPUs, whatever the layout.
+    _checked, off = numa_plan(two_node_layout(tmp_path / "off", ["0-5", "6-7"], 1), {"edge_cpu_numa_bind": False})
+    assert off["slice"]["cpus"] == [4, 5, 6, 7] and off["runtime"]["cpulist"] == "4-7"
+
+
+def test_no_inference_cpu_on_the_accelerator_s_node_is_refused_before_any_change(tmp_path):
+    checked, plan = numa_plan(two_node_layout(tmp_path, ["0-3", "4-7"], 0))
+    assert plan is None
+    [problem] = [p for p in checked["problems"] if p["variable"] == "edge_cpu_numa_accelerator"]
+    assert "none of the inference CPUs 4-7 is on node 0 (CPUs 0-3)" in problem["message"]

@@ -57,3 +57,13 @@ def test_the_description_shows_the_autotune_choice_or_why_the_defaults_apply():
     assert "  autotune  off (edge_runtime_autotune)" in off
     asked = plan_cli.describe("orin-1", tuned_plan({"edge_runtime_autotune": True})).splitlines()
     assert "  autotune  defaults: no choice is recorded on the device; the next apply measures" in asked
+
+
+def test_the_description_shows_the_numa_binding(tmp_path):
+    from test_edge_plan import numa_plan, two_node_layout
+    _checked, plan = numa_plan(two_node_layout(tmp_path, ["0-5", "6-7"], 1))
+    lines = plan_cli.describe("host-1", plan).splitlines()
+    numa = next(line for line in lines if line.startswith("  numa"))
+    assert numa.startswith("  numa      node 1: the slice, the runtime and the probe on CPUs 6-7 (2 NUMA nodes;")
+    _checked, single = numa_plan(None)
+    assert "  numa      not bound: the NUMA layout was not read" in plan_cli.describe("orin-1", single).splitlines()

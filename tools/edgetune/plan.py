@@ -86,6 +86,12 @@ def describe(host, plan):
                                             " (cgroup v1: AllowedCPUs not enforced)" if piece["v1"] else ""))
     else:
         lines.append("  slice     off (role disabled)")
+    numa = plan.get("numa") or {}
+    if numa.get("node") is not None:
+        lines.append("  numa      node %s: the slice, the runtime and the probe on CPUs %s (%s)"
+                     % (numa["node"], numa["cpulist"], numa["reason"]))
+    elif numa:
+        lines.append("  numa      not bound: %s" % numa["reason"])
     policy = runtime["sched_policy"]
     lines.append("  runtime   CPUs %s, %d threads (%s backend), %s in %s"
                  % (runtime["cpulist"] or "unpinned", runtime["threads"], runtime.get("backend", "cpu"),
