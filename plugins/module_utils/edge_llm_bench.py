@@ -328,10 +328,12 @@ class Noise:
         totals = {"cpu": [0, 0.0, 0], "mem": [0, 0.0, 0]}
         for job, counter, proc in self.procs:
             _stop(proc)
+            # Every worker started counts; the throughput is that of those that reported (a worker
+            # starved for the whole stage on a loaded host has not written its counter yet).
+            totals[job][2] += 1
             fields = (_read(counter, "") or "").split()
             if len(fields) == 2 and float(fields[1]) > 0:
                 totals[job][0] += int(fields[0]) / float(fields[1])
-                totals[job][2] += 1
         shutil.rmtree(self.dir, ignore_errors=True)
         out = {"cpu_workers": totals["cpu"][2], "cpu_mloops_per_s": round(totals["cpu"][0] / 1e6, 1)}
         if self.kind == "cpu+mem":
