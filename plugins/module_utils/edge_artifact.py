@@ -35,6 +35,8 @@ import platform as _platform
 import re
 import tarfile
 
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import cached_json, controller_cache_dir
+
 SCHEMA = "edgetune-artifact/1"
 KINDS = ("engine", "runtime")
 MANIFEST_NAME = "MANIFEST.json"
@@ -239,13 +241,6 @@ def inspect_tarball(path, kind=None):
     return manifest, sorted(names), unpacked
 
 
-def _cache_dir():
-    """Where the controller keeps what it learned of artifacts: ~/.cache/edgetune/artifacts (or
-    under XDG_CACHE_HOME); None where there is no home to write to (an execution environment)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "edgetune", "artifacts") if os.path.isabs(base) else None
-
-
 def _code_digest():
     with open(os.path.abspath(__file__), "rb") as handle:
         return hashlib.sha1(handle.read()).hexdigest()[:12]
@@ -256,25 +251,9 @@ def checked_manifest(path, kind, sha256, cache_dir=None):
     by the caller), remembered by that sha256 and this file's code: a fleet's preflight checks one
     release once, not once per device (gunzip and hashing a 100 MB model: 2.6 s on the controller).
     A cache that cannot be read or written only costs the check again."""
-    cache_dir = _cache_dir() if cache_dir is None else cache_dir
+    cache_dir = controller_cache_dir("artifacts") if cache_dir is None else cache_dir
     entry = os.path.join(cache_dir, "%s-%s-%s.json" % (sha256, kind or "any", _code_digest())) if cache_dir else None
-    if entry:
-        try:
-            with open(entry) as handle:
-                return json.load(handle)
-        except (OSError, ValueError):
-            pass
-    manifest = inspect_tarball(path, kind)[0]
-    if entry:
-        try:
-            os.makedirs(cache_dir, exist_ok=True)
-            partial = "%s.%d.tmp" % (entry, os.getpid())
-            with open(partial, "w") as handle:
-                json.dump(manifest, handle)
-            os.rename(partial, entry)
-        except OSError:
-            pass
-    return manifest
+    return cached_json(entry, lambda: inspect_tarball(path, kind)[0])
 
 
 def unpack(path, dest):

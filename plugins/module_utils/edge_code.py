@@ -35,6 +35,8 @@ import json
 import os
 import re
 
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import cached_json, controller_cache_dir
+
 PACKAGE = "ansible_collections.edgetune.fleet.plugins"
 # The plugin directories a role's FQCN reference may name, in this order.
 PLUGIN_KINDS = ("modules", "action", "filter", "lookup")
@@ -212,11 +214,6 @@ def tree_state(root, subdirs=("roles", "plugins")):
     return digest.hexdigest()
 
 
-def _cache_dir():
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "edgetune", "code") if os.path.isabs(base) else None
-
-
 def cached_role_code_digests(roles, root, shipped=None, cache_dir=None):
     """role_code_digests, computed once per process for the same roles, root and shipped files, and
     kept on the controller's disk by the state of the collection's files (tree_state): the planner
@@ -224,24 +221,9 @@ def cached_role_code_digests(roles, root, shipped=None, cache_dir=None):
     run. A cache that cannot be read or written only costs the computation again."""
     shipped = tuple(sorted((role, tuple(paths)) for role, paths in (shipped or {}).items()))
     roles = tuple(sorted(roles))
-    cache_dir = _cache_dir() if cache_dir is None else cache_dir
+    cache_dir = controller_cache_dir("code") if cache_dir is None else cache_dir
     entry = None
     if cache_dir:
         key = hashlib.sha1(json.dumps([tree_state(root), os.path.realpath(root), roles, shipped]).encode())
         entry = os.path.join(cache_dir, key.hexdigest() + ".json")
-        try:
-            with open(entry) as handle:
-                return json.load(handle)
-        except (OSError, ValueError):
-            pass
-    found = dict(_cached(roles, root, shipped))
-    if entry:
-        try:
-            os.makedirs(cache_dir, exist_ok=True)
-            partial = "%s.%d.tmp" % (entry, os.getpid())
-            with open(partial, "w") as handle:
-                json.dump(found, handle)
-            os.rename(partial, entry)
-        except OSError:
-            pass
-    return found
+    return cached_json(entry, lambda: dict(_cached(roles, root, shipped)))

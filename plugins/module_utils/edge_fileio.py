@@ -11,6 +11,7 @@ rename itself survives a power cut.
 
 import errno
 import glob
+import json
 import os
 import shutil
 import stat
@@ -168,3 +169,33 @@ def write_kernel_value(path, value):
         os.write(fd, ("%s\n" % value).encode("ascii"))
     finally:
         os.close(fd)
+
+
+def controller_cache_dir(kind):
+    """Where the controller keeps what it computed once for many devices: ~/.cache/edgetune/KIND (or
+    under XDG_CACHE_HOME); None where there is no home to write to (an execution environment)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "edgetune", kind) if os.path.isabs(base) else None
+
+
+def cached_json(entry, compute):
+    """The JSON value kept in the file ``entry`` (None: no cache), else compute()'s, kept there
+    (written beside it, then renamed: forks writing at once leave one whole file). A cache that
+    cannot be read or written only costs the computation again; compute()'s errors are not kept."""
+    if entry:
+        try:
+            with open(entry) as handle:
+                return json.load(handle)
+        except (OSError, ValueError):
+            pass
+    value = compute()
+    if entry:
+        try:
+            os.makedirs(os.path.dirname(entry), exist_ok=True)
+            partial = "%s.%d.tmp" % (entry, os.getpid())
+            with open(partial, "w") as handle:
+                json.dump(value, handle)
+            os.rename(partial, entry)
+        except OSError:
+            pass
+    return value
