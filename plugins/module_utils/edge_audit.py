@@ -102,6 +102,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import (
     format_cpulist, parse_cpulist, parse_cpumask)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import read_json
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_metrics import device_textfile
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import fmt, thread_mismatches, threads_of
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_serving import (
@@ -465,14 +466,9 @@ def record_path(record_dir, role):
 
 def read_record(root, record_dir, role):
     """The role's record, None when there is none; ValueError when it cannot be read."""
-    path = _under(root, record_path(record_dir, role))
-    try:
-        with open(path) as handle:
-            doc = json.load(handle)
-    except FileNotFoundError:
+    doc = read_json(_under(root, record_path(record_dir, role)), record_path(record_dir, role))
+    if doc is None:
         return None
-    except (OSError, ValueError) as exc:
-        raise ValueError("cannot read %s: %s" % (record_path(record_dir, role), exc)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("checks"), list):
         raise ValueError("%s is not an edgetune apply record (no list of checks)" % record_path(record_dir, role))
     return doc

@@ -18,7 +18,7 @@ import time
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm, edge_llm_bench
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write, read_json
 
 RECORD = "/etc/edgetune/autotune.json"
 RECORD_VERSION = 1
@@ -154,14 +154,12 @@ def measure(server, model, cpus, candidates, backend="cpu", noise="none", rounds
 
 def read_record(root="/"):
     """The device's autotune record, None when there is none; {"error": why} when it cannot be read."""
-    path = os.path.join(root, RECORD.lstrip("/"))
     try:
-        with open(path) as handle:
-            doc = json.load(handle)
-    except FileNotFoundError:
+        doc = read_json(os.path.join(root, RECORD.lstrip("/")), RECORD)
+    except ValueError as exc:
+        return {"error": str(exc)}
+    if doc is None:
         return None
-    except (OSError, ValueError) as exc:
-        return {"error": "%s cannot be read: %s" % (RECORD, getattr(exc, "strerror", None) or exc)}
     if not isinstance(doc, dict) or not isinstance(doc.get("choice"), dict):
         return {"error": "%s is not an edgetune autotune record" % RECORD}
     return doc

@@ -199,3 +199,15 @@ def cached_json(entry, compute):
         except OSError:
             pass
     return value
+
+
+def read_json(path, shown=None):
+    """The JSON document of ``path``, None when the file does not exist; ValueError saying why
+    (``shown``: the path to name) when it cannot be read or parsed."""
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ValueError("cannot read %s: %s" % (shown or path, getattr(exc, "strerror", None) or exc)) from None

@@ -108,7 +108,7 @@ def test_an_unreadable_record_is_said_and_not_applied(tmp_path):
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     record = at.read_record(str(tmp_path))
-    assert record["error"].startswith("/etc/edgetune/autotune.json cannot be read")
+    assert record["error"].startswith("cannot read /etc/edgetune/autotune.json: ")
     assert at.in_force(record, "1", "cpu") == record["error"]
     assert at.read_record(str(tmp_path / "none")) is None
 
