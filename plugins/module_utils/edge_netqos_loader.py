@@ -527,18 +527,20 @@ def systemd_cgroup_root(proc_cgroup="/proc/1/cgroup"):
 
 
 def resolve_cgroup(relpath, classid):
-    """{"path", "dir", "id", "level", "classid"} for a cgroup v2 path relative to the v2 root,
-    else (systemd's slices, where systemd runs below the root) relative to systemd's cgroup."""
+    """{"path", "dir", "id", "level", "classid"} for a cgroup v2 path relative to systemd's own
+    cgroup (the v2 root on a device; below it in a container on the host's cgroup tree)."""
     mount = cgroup2_mount()
     if mount is None:
         raise NetQosError("no cgroup v2 hierarchy is mounted; matching cgroup %s needs one "
                           "(unified, or hybrid with /sys/fs/cgroup/unified)" % relpath)
-    found = relpath
-    directory = os.path.join(mount, relpath)
+    # Where systemd runs below the v2 root (a container on the host's cgroup tree, a twin), its
+    # slices are below its own cgroup: a slice of that name at the root, or in another container,
+    # is someone else's and never taken.
     below_systemd = systemd_cgroup_root()
-    if not os.path.isdir(directory) and below_systemd:
+    found = relpath
+    if below_systemd and relpath != below_systemd and not relpath.startswith(below_systemd + "/"):
         found = "%s/%s" % (below_systemd, relpath)
-        directory = os.path.join(mount, found)
+    directory = os.path.join(mount, found)
     if not os.path.isdir(directory):
         raise NetQosError("cgroup v2 %s not found (%s); start it first (e.g. systemctl start %s) "
                           "or fix the cgroup setting" % (relpath, directory, relpath.split("/")[-1]))

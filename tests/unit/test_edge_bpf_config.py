@@ -190,8 +190,16 @@ def test_a_slice_is_found_below_systemds_own_cgroup(tmp_path, monkeypatch):
     found = bpf.resolve_cgroup("ai.slice/ai-infer.slice", 0x10010)
     assert found["dir"] == str(tmp_path / "docker/4f2a/ai.slice/ai-infer.slice")
     assert (found["path"], found["level"]) == ("ai.slice/ai-infer.slice", 4)
-    # The v2 root's own path comes first, where it exists.
+    # Another's slice of the same name (the host's at the root, another twin's below its own
+    # systemd) is never taken: twin B's classifier does not reach twin A's slice.
     (tmp_path / "ai.slice/ai-infer.slice").mkdir(parents=True)
+    (tmp_path / "docker/9b1c/ai.slice/ai-infer.slice").mkdir(parents=True)
+    assert bpf.resolve_cgroup("ai.slice/ai-infer.slice", 0x10010)["dir"] == found["dir"]
+    monkeypatch.setattr(bpf, "systemd_cgroup_root", lambda: "docker/77aa")
+    with pytest.raises(NetQosError, match="cgroup v2 ai.slice/ai-infer.slice not found .*docker/77aa"):
+        bpf.resolve_cgroup("ai.slice/ai-infer.slice", 0x10010)
+    # On a device systemd is the root's: the root's slice.
+    monkeypatch.setattr(bpf, "systemd_cgroup_root", lambda: "")
     assert bpf.resolve_cgroup("ai.slice/ai-infer.slice", 0x10010)["level"] == 2
     with pytest.raises(NetQosError, match="cgroup v2 edge.slice not found"):
         bpf.resolve_cgroup("edge.slice", 0x10010)
