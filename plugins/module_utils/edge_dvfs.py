@@ -631,3 +631,47 @@ def boot_apply(settings, root="/"):
                     changes.extend("%s %s: %s -> %s" % (target.name, FILES[target.kind][attr], old, new)
                                    for attr, old, new in target.writes)
     return changes, errors
+
+
+# ------------------------------------------------------------------ the drift audit's checks
+def audit_checks(power, dvfs_plan, clusters, pending_boot=False):
+    """Role edge_power's checks for the drift audit (plugins/module_utils/edge_audit.py's schema),
+    from the plan's power part (``power``), this module's plan on the device (``dvfs_plan``:
+    settings per kind and name with the managed attributes and their values after, and what was
+    left out and why), the device's CPU clusters, and whether a pending power mode changes which
+    CPUs are online at the next boot (``pending_boot``). Each managed governor and limit is a
+    ``value`` (running); a policy offline only until that boot is checked as it will be, so the
+    checks do not change across the reboot; one the mode keeps offline is unsupported, with the
+    reason; then jetson_clocks and the nvpmodel mode, where the plan manages them."""
+    values, others = [], []
+    for kind in (CPUFREQ, DEVFREQ):
+        for name, target in sorted(((dvfs_plan.get("settings") or {}).get(kind) or {}).items()):
+            for attr in target.get("managed") or []:
+                values.append({"setting": "%s %s %s" % (kind, name, attr), "role": "edge_power", "kind": "value",
+                               "path": "%s/%s" % (target["path"], FILES[kind][attr]),
+                               "desired": str(target["after"][attr])})
+    for item in dvfs_plan.get("left_out") or []:
+        if item.get("reason") == "inactive" and pending_boot:
+            number = int(item["name"][len("policy"):])
+            cluster = next((c for c in clusters or [] if c.get("policy") == number), {})
+            for entry in power.get("cpufreq") or []:
+                of_cluster = entry.get("cpus") is not None and entry["cpus"] in (cluster.get("cpus") or ())
+                if entry.get("policy") != number and not of_cluster:
+                    continue
+                for attr in ATTRS:
+                    wanted = entry.get(attr)
+                    if wanted is not None and (attr == "governor" or (isinstance(wanted, (int, float))
+                                                                      and not isinstance(wanted, bool))):
+                        values.append({"setting": "cpufreq %s %s" % (item["name"], attr), "role": "edge_power",
+                                       "kind": "value", "desired": str(wanted),
+                                       "path": "/%s/%s/%s" % (CPUFREQ_DIR, item["name"], FILES[CPUFREQ][attr])})
+        else:
+            others.append({"setting": "%s %s" % (item["kind"], item["name"]), "role": "edge_power",
+                           "kind": "unsupported", "reason": item.get("msg")})
+    if power.get("jetson_clocks_managed"):
+        others.append({"setting": "jetson_clocks", "role": "edge_power", "kind": "jetson_clocks",
+                       "desired": "pinned" if power.get("jetson_clocks") else "restored"})
+    if power.get("nvpmodel_managed"):
+        others.append({"setting": "nvpmodel mode", "role": "edge_power", "kind": "nvpmodel",
+                       "mode": power.get("nvpmodel_mode")})
+    return sorted(values, key=lambda check: check["setting"]) + others
