@@ -25,6 +25,7 @@ ends of the link.
 """
 
 import errno
+import hashlib
 import os
 import re
 import struct
@@ -926,3 +927,22 @@ def boot_apply(settings, root="/"):
             changes.append("%s: not supported, left as it is: %s" % (label, result["reason"]))
         changes.extend(_write_lines([end.report() for end in ends]))
     return changes, errors
+
+
+# ------------------------------------------------------------------ the drift audit's checks
+def audit_checks(mappings, state_file=None, state_content=None):
+    """Role edge_pcie_qos's checks for the drift audit (plugins/module_utils/edge_audit.py's schema):
+    each mapping on both ends of its link (kind ``pcie_vc``, planned on the device by this module's
+    code, so a register it would rewrite is drift), and, where the mappings are re-applied at boot
+    (``state_file``), the state file edgetune-boot.service reads, by the sha1 of ``state_content``."""
+    checks = []
+    for item in mappings or []:
+        vc_id = item["vc_id"] if "vc_id" in item else 1
+        where = item.get("device") or "class %s" % item.get("device_class")
+        checks.append({"setting": "PCIe %s TC %s on VC ID %s" % (where, ",".join(str(tc) for tc in item["tcs"]), vc_id),
+                       "role": "edge_pcie_qos", "kind": "pcie_vc", "device": item.get("device") or None,
+                       "device_class": item.get("device_class") or None, "tcs": item["tcs"], "vc_id": vc_id})
+    if mappings and state_file:
+        checks.append({"setting": "PCIe QoS state file", "role": "edge_pcie_qos", "kind": "file", "path": state_file,
+                       "sha1": hashlib.sha1(state_content.encode()).hexdigest()})
+    return checks

@@ -1120,3 +1120,17 @@ def test_audit_of_a_link_without_virtual_channels_is_unsupported(tmp_path):
     result = evaluate(PCIE_CHECK, str(tmp_path))
     assert result["state"] == "unsupported" and "no Virtual Channel capability" in result["detail"]
     assert evaluate(dict(PCIE_CHECK, device_class=None, device="0009:01:00.0"), str(tmp_path))["state"] == "error"
+
+
+def test_the_drift_audit_checks_each_mapping_and_the_state_file_the_boot_reads():
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_pcie import audit_checks
+    mappings = [{"device_class": "0x0108", "tcs": [1], "vc_id": 1}, {"device": "0000:01:00.0", "tcs": [2, 3]}]
+    found = audit_checks(mappings, "/etc/edgetune/boot.d/pcie-vc.json", '{"state": 1}\n')
+    assert found[0] == {"setting": "PCIe class 0x0108 TC 1 on VC ID 1", "role": "edge_pcie_qos", "kind": "pcie_vc",
+                        "device": None, "device_class": "0x0108", "tcs": [1], "vc_id": 1}
+    assert found[1]["setting"] == "PCIe 0000:01:00.0 TC 2,3 on VC ID 1" and found[1]["device_class"] is None
+    assert found[2] == {"setting": "PCIe QoS state file", "role": "edge_pcie_qos", "kind": "file",
+                        "path": "/etc/edgetune/boot.d/pcie-vc.json",
+                        "sha1": "dcb42aa84d893477d7bedb2cf63d5f7f9ea7c8f8"}
+    assert [c["kind"] for c in audit_checks(mappings)] == ["pcie_vc", "pcie_vc"]      # not persisted
+    assert audit_checks([], "/etc/edgetune/boot.d/pcie-vc.json", "") == []
