@@ -530,11 +530,22 @@ class _Checker(object):
             self.problem(name, "out of range; allowed: %s%s" % (bounds, what))
 
     def autotune(self):
-        """The runtime's autotune: candidates the role can apply, and a measurement that can finish."""
+        """The runtime's autotune: candidates the role can apply, CPUs to measure on, and a measurement
+        that can finish."""
+        v = self.v
         self.int_range("edge_runtime_autotune_timeout", 10, 86400, " seconds")
         self.int_range("edge_runtime_autotune_rounds", 1, 20)
         self.int_range("edge_runtime_autotune_generations", 1, 1000)
         self.int_range("edge_runtime_autotune_max_tokens", 2, 4096)
+        if v.get("edge_runtime_autotune") is True or v.get("edge_runtime_autotune_again") is True:
+            choice = str(v.get("edge_runtime_cpus", "auto")).strip()
+            if choice in ("none", "") or (choice == "auto" and self.partition is not None
+                                          and not self.partition["inference"]):
+                name = ("edge_runtime_autotune" if v.get("edge_runtime_autotune") is True
+                        else "edge_runtime_autotune_again")
+                self.problem(name, "there are no inference CPUs to tune: the runtime runs unpinned (edge_runtime_cpus "
+                                   "%s, edge_cpu_isolate) and autotune measures on the runtime's own CPUs; allowed: "
+                                   "false, or give the runtime CPUs" % show(v.get("edge_runtime_cpus", "auto")))
         if self.ok("edge_runtime_autotune_candidates"):
             try:
                 edge_autotune.parse_candidates(self.v["edge_runtime_autotune_candidates"],

@@ -372,3 +372,14 @@ def test_no_inference_cpu_on_the_accelerator_s_node_is_refused_before_any_change
     assert plan is None
     [problem] = [p for p in checked["problems"] if p["variable"] == "edge_cpu_numa_accelerator"]
     assert "none of the inference CPUs 4-7 is on node 0 (CPUs 0-3)" in problem["message"]
+
+
+@pytest.mark.parametrize("values", [{"edge_runtime_cpus": "none"}, {"edge_cpu_isolate": "none"}])
+def test_autotune_is_refused_before_any_change_where_there_are_no_inference_cpus(values):
+    facts, profile = board("orin-nx")
+    for switch in ("edge_runtime_autotune", "edge_runtime_autotune_again"):
+        checked = intent.validate(dict(values, **{switch: True}), SPECS, facts=facts, profile=profile)
+        found = [p for p in checked["problems"] if p["variable"] == switch]
+        assert found and "there are no inference CPUs to tune" in found[0]["message"], checked["problems"]
+    assert not [p for p in intent.validate(dict(values), SPECS, facts=facts, profile=profile)["problems"]
+                if p["variable"].startswith("edge_runtime_autotune")]
