@@ -177,8 +177,6 @@ def test_an_apply_measures_only_when_asked_and_no_matching_choice_is_recorded():
     assert tuned_plan(dict(on, edge_runtime_autotune_noise="cpu"), RECORD)["runtime"]["autotune_measure"]["needed"]
     other = dict(on, edge_runtime_autotune_candidates=["fifo-50:policy=fifo,priority=50"])
     assert tuned_plan(other, RECORD)["runtime"]["autotune_measure"]["needed"]
-    assert not tuned_plan({"edge_runtime_autotune": True, "edge_runtime_cpus": "none"})["runtime"][
-        "autotune_measure"]["needed"]                                              # no inference CPUs
 
 
 def test_how_autotune_measures_is_not_desired_state_but_its_choice_is():
