@@ -21,6 +21,9 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import E
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write, read_json
 
 RECORD = "/etc/edgetune/autotune.json"
+# A measurement waits here until the deploy of its choice has passed the gates: the record names
+# only a choice that served (a choice whose deploy was rolled back is no desired state).
+PENDING = "/etc/edgetune/autotune.pending.json"
 RECORD_VERSION = 1
 # What the role can apply of a candidate (the bench compares more: polling, batch threads, ...).
 KEYS = ("policy", "priority", "threads")
@@ -165,18 +168,31 @@ def read_record(root="/"):
     return doc
 
 
-def write_record(record, root="/"):
-    path = os.path.join(root, RECORD.lstrip("/"))
+def write_record(record, root="/", path=RECORD):
+    path = os.path.join(root, path.lstrip("/"))
     os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
     atomic_write(path, json.dumps(record, indent=1, sort_keys=True) + "\n", backup=False, mode=0o644)
 
 
+def accept_pending(root="/"):
+    """The measurement a deploy has gated becomes the device's record (PENDING renamed over RECORD);
+    False when there is none pending."""
+    pending = os.path.join(root, PENDING.lstrip("/"))
+    if not os.path.exists(pending):
+        return False
+    os.rename(pending, os.path.join(root, RECORD.lstrip("/")))
+    return True
+
+
 def remove_record(root="/"):
-    path = os.path.join(root, RECORD.lstrip("/"))
-    if os.path.exists(path):
-        os.unlink(path)
-        return True
-    return False
+    """Remove the record and any pending measurement; whether there was a record."""
+    found = False
+    for name in (RECORD, PENDING):
+        path = os.path.join(root, name.lstrip("/"))
+        if os.path.exists(path):
+            os.unlink(path)
+            found = found or name == RECORD
+    return found
 
 
 def in_force(record, cpulist, backend):

@@ -22,19 +22,21 @@ description:
     cannot finish refuses). A candidate that cannot start (SCHED_FIFO refused) is left out with the
     reason.
   - >-
-    O(state=measured) writes the measurements and the choice to C(/etc/edgetune/autotune.json)
-    and publishes it as the fact C(edge_autotune), which the plan applies (the runtime's policy,
-    priority and threads) while the plan's inference CPUs and backend are those it was measured
-    with. O(state=absent) removes the record: the plan's defaults apply again.
+    O(state=measured) writes the measurements and the choice to C(/etc/edgetune/autotune.pending.json)
+    and publishes them as the fact C(edge_autotune), which the plan applies (the runtime's policy,
+    priority and threads) while the plan's inference CPUs and backend are those it was measured with.
+    O(state=accepted), once the deploy of the choice has passed its gates, makes it the device's record
+    (C(/etc/edgetune/autotune.json), which edge_facts reads); a deploy rolled back leaves the record as
+    it was. O(state=absent) removes the record: the plan's defaults apply again.
   - Refuses with one message, before anything starts, where the plan gives the runtime no inference CPUs.
 version_added: "0.6.0"
 author:
   - edgetune contributors (!UNKNOWN)
 options:
   state:
-    description: C(measured) or C(absent), see the description.
+    description: C(measured), C(accepted) or C(absent), see the description.
     type: str
-    choices: [measured, absent]
+    choices: [measured, accepted, absent]
     default: measured
   server:
     description: The llama-server program to measure (the release's C(runtime/) entry).
@@ -120,8 +122,9 @@ EXAMPLES = r"""
 RETURN = r"""
 record:
   description: >-
-    The record written (C(measured_at), C(cpus), C(measured_on), C(noise), C(results) best first with
-    their TTFT and inter-token P99, C(refused), C(choice)); null for O(state=absent) or in check mode.
+    The measurement written (C(measured_at), C(cpus), C(measured_on), C(noise), C(results) best first
+    with their TTFT and inter-token P99, C(refused), C(choice)); with O(state=accepted) the device's
+    record; null for O(state=absent) or in check mode.
   returned: always
   type: dict
 choice:
@@ -139,7 +142,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils import edge_autotun
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type="str", default="measured", choices=["measured", "absent"]),
+            state=dict(type="str", default="measured", choices=["measured", "accepted", "absent"]),
             server=dict(type="path"),
             model=dict(type="path"),
             cpus=dict(type="str", default=""),
@@ -158,6 +161,12 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    if p["state"] == "accepted":
+        if module.check_mode:
+            module.exit_json(changed=os.path.exists(edge_autotune.PENDING), record=None, choice=None)
+        accepted = edge_autotune.accept_pending()
+        record = edge_autotune.read_record()
+        module.exit_json(changed=accepted, record=record, choice=(record or {}).get("choice"))
     if p["state"] == "absent":
         found = edge_autotune.read_record() is not None
         if found and not module.check_mode:
@@ -180,7 +189,7 @@ def main():
                                        noise=p["noise"], rounds=p["rounds"], generations=p["generations"],
                                        max_tokens=p["max_tokens"], timeout_s=p["timeout"], planned=planned)
         record["release"] = p["release"]
-        edge_autotune.write_record(record)
+        edge_autotune.write_record(record, path=edge_autotune.PENDING)
     except edge_autotune.AutotuneError as exc:
         module.fail_json(msg=str(exc))
     except OSError as exc:

@@ -126,6 +126,7 @@ def run_module(capsys, check=False, **args):
 @pytest.mark.controller
 def test_the_module_refuses_without_inference_cpus_and_check_mode_measures_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(at, "RECORD", str(tmp_path / "autotune.json"))
+    monkeypatch.setattr(at, "PENDING", str(tmp_path / "autotune.pending.json"))
     server, model = fake_server(tmp_path)
     refused = run_module(capsys, server=server, model=model, cpus="", planned_cpus="")
     assert refused["failed"] and "there are no inference CPUs to tune" in refused["msg"]
@@ -134,6 +135,12 @@ def test_the_module_refuses_without_inference_cpus_and_check_mode_measures_nothi
     checked = run_module(capsys, check=True, server=server, model=model, planned_cpus="1", candidates=["x:threads=1"])
     assert checked["changed"] and checked["record"] is None and not (tmp_path / "autotune.json").exists()
     assert run_module(capsys, state="absent")["changed"] is False
+    # A measurement is pending until the deploy of its choice passed the gates, then the record.
+    assert run_module(capsys, state="accepted")["changed"] is False
+    (tmp_path / "autotune.pending.json").write_text(json.dumps({"choice": {"name": "y"}}))
+    kept = run_module(capsys, state="accepted")
+    assert kept["changed"] and kept["choice"] == {"name": "y"} and not (tmp_path / "autotune.pending.json").exists()
+    assert at.read_record("/") == {"choice": {"name": "y"}}
     (tmp_path / "autotune.json").write_text(json.dumps({"choice": {"name": "x"}}))
     gone = run_module(capsys, state="absent")
     assert gone["changed"] and gone["ansible_facts"] == {"edge_autotune": None}
