@@ -34,6 +34,7 @@ import os
 import platform as _platform
 import re
 import tarfile
+from urllib.parse import urlsplit
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import cached_json, controller_cache_dir
 
@@ -283,6 +284,27 @@ def unpack(path, dest):
 
 
 # ------------------------------------------------------------------ boards
+def device_paths(source, cache_dir, checked=(), runtime=None, engine=None):
+    """Where the deploy finds each artifact on the device, and the cache with its parents.
+
+    ``source``: ``controller`` (``checked``: the artifacts the controller checked, {kind, path, sha256},
+    copied into ``cache_dir``), ``url`` (downloaded into ``cache_dir`` by the URL's file name) or
+    ``device`` (already there); ``runtime`` and ``engine``: (src, sha256) of the url and device
+    sources. Returns {"artifacts": [{kind, path, sha256}], "cache_dirs": the cache directory and its
+    parents, deepest first (a refused deploy removes the ones it created)}."""
+    base = "/" + cache_dir.strip("/")
+    if source == "controller":
+        found = [{"kind": item["kind"], "path": "%s/%s" % (base, os.path.basename(item["path"])),
+                  "sha256": item["sha256"]} for item in checked or ()]
+    else:
+        found = []
+        for kind, (src, sha256) in (("runtime", runtime or ("", "")), ("engine", engine or ("", ""))):
+            path = src if source == "device" else "%s/%s" % (base, os.path.basename(urlsplit(src).path))
+            found.append({"kind": kind, "path": path, "sha256": str(sha256 or "").lower()})
+    parts = base.strip("/").split("/")
+    return {"artifacts": found, "cache_dirs": ["/" + "/".join(parts[:i]) for i in range(len(parts), 0, -1)]}
+
+
 def tensorrt_for_l4t(l4t_version, table):
     """The TensorRT release an L4T release ships, from the role's data table
     [{"l4t": ">=36.4,<37", "tensorrt": "10.3", "jetpack": "6.1/6.2"}, ...]; None when unknown."""

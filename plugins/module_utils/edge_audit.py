@@ -422,6 +422,85 @@ def check_runtime(check, root):
     return "ok", "", current, running
 
 
+# The declared schema of a check, read by ``check_problems``: the keys every check has, and per kind
+# ({kind: (required, optional)}) the keys it must and may have, each with what its value may be (a
+# tuple of types, or a tuple of the allowed strings). What the roles record is checked against it
+# before it is written (edge_record), and ``evaluate`` reports a check it refuses as an error.
+TEXT = (str,)
+OPTIONAL_TEXT = (str, type(None))
+NUMBER = (int, float)
+COMMON_KEYS = ({"setting": TEXT, "kind": TEXT}, {"role": TEXT})
+CHECK_SCHEMA = {
+    "cmdline": ({"bootloader": TEXT, "path": TEXT},
+                {"args": (list,), "absent": (list,), "record": OPTIONAL_TEXT, "keep": (list,)}),
+    "value": ({"path": TEXT, "desired": TEXT + NUMBER},
+              {"compare": ("text", "cpulist", "bytes", "ram-share")}),
+    "file": ({"path": TEXT, "sha1": TEXT}, {}),
+    "irq_affinity": ({"cpus": TEXT},
+                     {"target": ("irqs", "default_affinity", "workqueue"), "inference": TEXT, "keep_subsets": (bool,),
+                      "unmovable_names": (list,), "state_file": OPTIONAL_TEXT}),
+    "nvpmodel": ({"mode": TEXT + (int,)}, {"conf": TEXT, "status_file": TEXT}),
+    "pcie_vc": ({"tcs": (list,)}, {"device": OPTIONAL_TEXT, "device_class": OPTIONAL_TEXT, "vc_id": (int,)}),
+    "jetson_clocks": ({"desired": ("pinned", "restored")}, {"program": OPTIONAL_TEXT}),
+    "netqos": ({"config": (dict,), "interfaces": (list,), "loader": TEXT, "python": TEXT, "source": TEXT}, {}),
+    "runtime": ({"root": TEXT, "release": TEXT, "service": TEXT}, {"artifacts": (dict,), "expect": (dict,)}),
+    "unsupported": ({"reason": OPTIONAL_TEXT}, {}),
+}
+
+
+def _allowed(value, allowed):
+    if all(isinstance(a, str) for a in allowed):  # a choice of strings
+        return isinstance(value, str) and value in allowed
+    return isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
+
+
+def _shown_allowed(allowed):
+    if all(isinstance(a, str) for a in allowed):
+        return "one of " + ", ".join(allowed)
+    return " or ".join("null" if a is type(None) else a.__name__ for a in allowed)
+
+
+def check_problems(check):
+    """What is wrong with one check against CHECK_SCHEMA, in words; [] for a well-formed check."""
+    if not isinstance(check, dict):
+        return ["a check is a mapping, not %s" % type(check).__name__]
+    kind = check.get("kind")
+    if kind not in CHECK_SCHEMA:
+        return ["unknown check kind %r (kinds: %s)" % (kind, ", ".join(sorted(CHECK_SCHEMA)))]
+    required, optional = CHECK_SCHEMA[kind]
+    required, optional = dict(COMMON_KEYS[0], **required), dict(COMMON_KEYS[1], **optional)
+    problems = ["no %s" % key for key in required if key not in check]
+    for key, value in sorted(check.items()):
+        allowed = required.get(key, optional.get(key))
+        if allowed is None:
+            problems.append("unknown key %s for kind %s" % (key, kind))
+        elif not _allowed(value, allowed):
+            problems.append("%s is %r, not %s" % (key, value, _shown_allowed(allowed)))
+    return problems
+
+
+def validate_checks(checks, origin):
+    """Raise EdgeError naming ``origin`` and the first malformed check; the checks otherwise."""
+    if not isinstance(checks, list):
+        raise EdgeError("%s: the checks are %s, not a list" % (origin, type(checks).__name__))
+    for check in checks:
+        problems = check_problems(check)
+        if problems:
+            name = check.get("setting") if isinstance(check, dict) else None
+            raise EdgeError("%s: check %s: %s" % (origin, repr(name) if name else "#%d" % checks.index(check),
+                                                  "; ".join(problems)))
+    return checks
+
+
+def file_checks(role, files):
+    """``kind: file`` checks of the files a role writes: ``files`` is a list of {setting, path, content}
+    (the text the role renders; None where the role does not write that file in this configuration)."""
+    return [{"setting": item["setting"], "role": role, "kind": "file", "path": item["path"],
+             "sha1": hashlib.sha1(item["content"].encode("utf-8") if isinstance(item["content"], str)
+                                  else item["content"]).hexdigest()}
+            for item in files if item.get("content") is not None]
+
+
 CHECKERS = {"cmdline": check_cmdline, "value": check_value, "file": check_file, "irq_affinity": check_irq_affinity,
             "nvpmodel": check_nvpmodel, "pcie_vc": check_pcie_vc, "jetson_clocks": check_jetson_clocks,
             "netqos": check_netqos, "runtime": check_runtime}
@@ -429,18 +508,21 @@ CHECKERS = {"cmdline": check_cmdline, "value": check_value, "file": check_file, 
 
 def evaluate(check, root="/"):
     """One check -> a result dict (setting, role, state, detail, desired, persisted, running)."""
+    problems = check_problems(check)
+    if problems:
+        known = check if isinstance(check, dict) else {}
+        return {"setting": str(known.get("setting") or "malformed check"), "role": str(known.get("role") or ""),
+                "desired": None, "state": "error", "detail": "malformed check: " + "; ".join(problems),
+                "persisted": None, "running": None}
     desired = next((check[key] for key in ("desired", "args", "sha1", "cpus", "mode", "tcs", "release")
                     if key in check), None)
-    if check["kind"] == "netqos" and desired is None:
-        desired = "classifier and HTB classes on %s" % ", ".join(check.get("interfaces") or [])
+    if check["kind"] == "netqos":
+        desired = "classifier and HTB classes on %s" % ", ".join(check["interfaces"])
     result = {"setting": check["setting"], "role": check.get("role", ""), "desired": desired}
     if check["kind"] == "unsupported":
-        result.update(state="unsupported", detail=check.get("reason", ""), persisted=None, running=None)
+        result.update(state="unsupported", detail=check.get("reason") or "", persisted=None, running=None)
         return result
-    checker = CHECKERS.get(check["kind"])
-    if checker is None:
-        result.update(state="error", detail="unknown check kind %r" % check["kind"], persisted=None, running=None)
-        return result
+    checker = CHECKERS[check["kind"]]
     try:
         state, detail, persisted, running = checker(check, root)
     except (OSError, ValueError, KeyError, TypeError) as exc:

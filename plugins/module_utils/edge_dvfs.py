@@ -634,6 +634,21 @@ def boot_apply(settings, root="/"):
 
 
 # ------------------------------------------------------------------ the drift audit's checks
+def overridden_by_restore(settings, saved):
+    """The attribute files a jetson_clocks restore writes back (``saved``: {path: value}, what it saved
+    before pinning) with another value than this module's ``settings`` ({kind: {name: {managed, after}}},
+    its result) set: in check mode, where the restore did not write, the settings a real run sets again
+    after it. Sorted paths."""
+    found = set()
+    for kind in (CPUFREQ, DEVFREQ):
+        for name, target in ((settings or {}).get(kind) or {}).items():
+            for attr in target.get("managed") or []:
+                suffix = "/%s/%s" % (name, FILES[kind][attr])
+                found.update(path for path, value in (saved or {}).items()
+                             if path.endswith(suffix) and str(value) != str(target["after"][attr]))
+    return sorted(found)
+
+
 def audit_checks(power, dvfs_plan, clusters, pending_boot=False):
     """Role edge_power's checks for the drift audit (plugins/module_utils/edge_audit.py's schema),
     from the plan's power part (``power``), this module's plan on the device (``dvfs_plan``:

@@ -180,6 +180,12 @@ def summary(plan, cpus_text, check_mode=False):
     if plan.unmovable:
         text += "; %d unmovable left as they are (per-CPU or managed): %s" % (
             len(plan.unmovable), ", ".join("%d %s" % (u["irq"], u["name"] or "?") for u in plan.unmovable))
+    outside = [u for u in plan.unmovable if u.get("outside")]
+    if outside:
+        text += ("; %d of the unmovable reach CPUs outside %s (the kernel places per-CPU and managed IRQs; "
+                 "isolcpus=managed_irq keeps managed ones off isolated CPUs where it can): %s" % (
+                     len(outside), cpus_text, ", ".join("%d %s %s" % (u["irq"], u["name"] or "?", u["affinity"])
+                                                        for u in outside)))
     if plan.kept:
         text += "; %d already on a subset of the housekeeping CPUs" % len(plan.kept)
     if plan.workqueue and plan.workqueue.get("absent"):

@@ -32,7 +32,7 @@ ALLOWED_FILTERS = frozenset((
     "comment", "join", "length", "count", "upper", "lower", "trim", "dict2items", "items2dict",
 ))
 # The lines with "{%" in the files scanned when this test was written: the number may only go down.
-MAX_STATEMENT_LINES = 104
+MAX_STATEMENT_LINES = 39
 SUFFIXES = (".yml", ".yaml", ".j2")
 _EXPRESSION = re.compile(r"\{\{(.*?)\}\}|\{%(.*?)%\}", re.S)
 _COMMENT = re.compile(r"\{#.*?#\}", re.S)
