@@ -22,9 +22,8 @@ def code_digests(roles, root=COLLECTION_ROOT):
     """{role: sha1 of the role's own code}: its role files, the modules and plugins its tasks
     name and the module utilities they import (plugins/module_utils/edge_code.py), so that a
     new edgetune changes the recorded inputs of the roles whose code changed, and only those.
-    edge_boot installs the program files the plan names. Once per process."""
-    shipped = {"edge_boot": [f["src"] for f in edge_plan.boot_part()["program_files"]]}
-    return edge_code.cached_role_code_digests(roles, root, shipped)
+    edge_boot and edge_audit_timer install the device programs' files the plan names. Once per process."""
+    return edge_code.cached_role_code_digests(roles, root, edge_plan.shipped_files())
 
 
 class ActionModule(ValidateAction):

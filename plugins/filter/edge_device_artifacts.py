@@ -42,8 +42,10 @@ EXAMPLES = r"""
 - name: Note the artifacts on the device
   ansible.builtin.set_fact:
     artifacts: >-
-      {{ (edge_runtime_artifact_source | edgetune.fleet.edge_device_artifacts(edge_runtime_cache_dir, validated.artifacts,
-          [edge_runtime_runtime_src, edge_runtime_runtime_sha256], [edge_runtime_engine_src, edge_runtime_engine_sha256])).artifacts }}
+      {{ (edge_runtime_artifact_source
+          | edgetune.fleet.edge_device_artifacts(edge_runtime_cache_dir, validated.artifacts,
+                                                 [edge_runtime_runtime_src, edge_runtime_runtime_sha256],
+                                                 [edge_runtime_engine_src, edge_runtime_engine_sha256])).artifacts }}
 """
 
 RETURN = r"""

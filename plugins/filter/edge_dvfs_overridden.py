@@ -32,7 +32,8 @@ EXAMPLES = r"""
   edgetune.fleet.edge_dvfs:
     cpufreq: "{{ cpufreq }}"
   register: dvfs
-  changed_when: dvfs.changed or (ansible_check_mode and dvfs | edgetune.fleet.edge_dvfs_overridden(restores) | length > 0)
+  changed_when: >-
+    dvfs.changed or (ansible_check_mode and dvfs | edgetune.fleet.edge_dvfs_overridden(restores) | length > 0)
 """
 
 RETURN = r"""

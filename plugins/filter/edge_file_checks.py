@@ -41,8 +41,9 @@ options:
 EXAMPLES = r"""
 - name: Publish the checks of the files the role writes
   ansible.builtin.set_fact:
-    edge_boot_audit: "{{ edge_boot_program_files | edgetune.fleet.edge_file_checks('edge_boot', directory=edge_boot_install_dir,
-                                                                                   setting='boot program') }}"
+    edge_boot_audit: >-
+      {{ edge_boot_program_files | edgetune.fleet.edge_file_checks('edge_boot', directory=edge_boot_install_dir,
+                                                                   setting='boot program') }}
 """
 
 RETURN = r"""
@@ -60,7 +61,8 @@ def _content(item):
         with open(collection_path(str(item["src"])), "rb") as handle:
             return handle.read()
     except (OSError, AnsibleError) as exc:
-        raise AnsibleFilterError("edge_file_checks: cannot read %s: %s" % (item["src"], getattr(exc, "message", exc)))
+        reason = getattr(exc, "message", exc)
+        raise AnsibleFilterError("edge_file_checks: cannot read %s: %s" % (item["src"], reason)) from None
 
 
 def edge_file_checks(files, role, directory=None, setting=None):
@@ -71,7 +73,8 @@ def edge_file_checks(files, role, directory=None, setting=None):
             path = posixpath.join(str(directory), path)
         name = item.get("setting") or ("%s %s" % (setting, posixpath.basename(path)) if setting else None)
         if not name or not posixpath.isabs(path):
-            raise AnsibleFilterError("edge_file_checks: %r needs a setting and an absolute path (or a dest under directory)" % (item,))
+            raise AnsibleFilterError("edge_file_checks: %r needs a setting and an absolute path (or a dest under "
+                                     "directory)" % (item,))
         entries.append({"setting": name, "path": path, "content": _content(item)})
     return file_checks(role, entries)
 

@@ -40,7 +40,8 @@ options:
 EXAMPLES = r"""
 - name: Record each role's checks and inputs
   edgetune.fleet.edge_files:
-    files: "{{ ansible_facts.edge_plan | edgetune.fleet.edge_record_files(roles, query('ansible.builtin.vars', *names)) }}"
+    files: >-
+      {{ ansible_facts.edge_plan | edgetune.fleet.edge_record_files(roles, query('ansible.builtin.vars', *names)) }}
 """
 
 RETURN = r"""
@@ -63,8 +64,8 @@ def edge_record_files(plan, roles, checks):
             raise AnsibleFilterError("cannot record the apply: %s" % exc) from None
         record = {"version": RECORD_VERSION, "role": role, "inputs": audit["roles"][role]["inputs"],
                   "checks": role_checks}
-        files.append({"dest": "%s/%s.json" % (audit["record_dir"], role), "content": to_nice_json(record, sort_keys=True),
-                      "mode": "0600"})
+        files.append({"dest": "%s/%s.json" % (audit["record_dir"], role),
+                      "content": to_nice_json(record, sort_keys=True), "mode": "0600"})
     return files
 
 

@@ -109,6 +109,9 @@ def cpu_topology(root="/"):
         "present": parse_cpulist(read(root, base + "/present", "")),
         "online": parse_cpulist(read(root, base + "/online", "")),
         "isolated": parse_cpulist(read(root, base + "/isolated", "")),
+        # The CPUs the running kernel schedules on (the cpuN lines of /proc/stat): a device twin
+        # fakes the board's sysfs but runs on its host's CPUs.
+        "scheduled": sorted(int(n) for n in re.findall(r"(?m)^cpu([0-9]+) ", read(root, "/proc/stat", "") or "")),
         "clusters": [],
     }
     policies_dir = path(root, base, "cpufreq")

@@ -52,8 +52,6 @@ KINDS = (
     ("rt_budget", "edge_rt"),
 )
 UTILS = dict(KINDS)
-# What the program needs installed beside it (the role edge_boot installs them).
-FILES = ("edge_boot", "edge_error", "edge_fileio", "edge_cpulist") + tuple(UTILS.values())
 
 
 def state_path(kind, state_dir=STATE_DIR):

@@ -151,6 +151,17 @@ def python_imports(relative, root):
     return sorted(found)
 
 
+def imported_closure(entries, root):
+    """The entry files and every collection file they import, transitively (relative paths, sorted)."""
+    found, todo = set(), list(entries)
+    while todo:
+        relative = todo.pop()
+        if relative not in found:
+            found.add(relative)
+            todo.extend(python_imports(relative, root))
+    return sorted(found)
+
+
 def role_code_files(role, root, shipped=(), imports=None):
     """The files of the role's code (relative paths, sorted) and the FQCN names it uses that
     are no plugin of this collection (roles, playbooks: nothing to add). ``imports``: a dict

@@ -23,10 +23,12 @@ A part whose role is switched off is ``{"enabled": false}`` (with what other
 parts still need from it).
 """
 
+import functools
 import hashlib
 import json
+import os
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit, edge_autotune, edge_boot
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit, edge_autotune, edge_boot, edge_code
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_llm_bench import resolve_threads
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import compute_threads
@@ -61,7 +63,8 @@ RECORD_DIR = edge_audit.RECORD_DIR
 # online; MemTotal, which a NN% memory limit is resolved against, moves by
 # some KiB from boot to boot), so they are left out of the recorded inputs.
 # The memory limits stay recorded as given (memory_max, memory_high).
-OBSERVED = {"cpu": ("offline_inference",), "slice": ("memory_max_bytes", "memory_high_bytes"),
+OBSERVED = {"cpu": ("offline_inference",),
+            "slice": ("memory_max_bytes", "memory_high_bytes", "probe_cpus", "probe_cpulist"),
             "runtime": ("autotune_measure",)}
 
 
@@ -231,6 +234,10 @@ def slice_part(intent, facts, cpu, slice_values, numa):
         return {"enabled": False, "name": intent.get("edge_cgroups_slice", "ai-infer.slice")}
     values = dict(slice_values or {})
     cpus, cpulist = bound_cpus(cpu, numa)
+    # The probe pins to what the running kernel has: on a board all of the slice's CPUs, on a
+    # device twin (the board's sysfs on a smaller host) fewer, or none (systemd's affinity then).
+    scheduled = (facts.get("cpu") or {}).get("scheduled")
+    probe = [c for c in cpus if c in scheduled] if scheduled else list(cpus)
     return {
         "enabled": True,
         "name": intent.get("edge_cgroups_slice", "ai-infer.slice"),
@@ -238,6 +245,8 @@ def slice_part(intent, facts, cpu, slice_values, numa):
         "cpus": cpus,
         "cpulist": cpulist,
         "numa_node": numa["node"],
+        "probe_cpus": probe,
+        "probe_cpulist": format_cpulist(probe) if probe else "",
         "cgroup": facts.get("cgroup") or "",
         "v1": facts.get("cgroup") in ("hybrid", "legacy"),
         "cpu_weight": intent.get("edge_cgroups_cpu_weight"),
@@ -326,17 +335,49 @@ def netqos_part(slice_):
     return {"slice": slice_["name"]}
 
 
+# The collection this file belongs to (plugins/module_utils/edge_plan.py).
+COLLECTION = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# What runs on the device outside Ansible's module runs (the device has no Ansible), by program: its
+# entry files. Each is installed with every collection file it imports, transitively, in the
+# collection's package layout, so that they import each other as the modules do; the boot program
+# also imports the module utility of each kind it re-applies by name.
+DEVICE_PROGRAMS = {
+    "boot": tuple("plugins/module_utils/%s.py" % name for name in ("edge_boot",) + tuple(edge_boot.UTILS.values())),
+    "audit": ("plugins/modules/edge_audit.py",),
+}
+PACKAGE_DIR = "/".join(edge_boot.PACKAGE.split("."))  # ansible_collections/edgetune/fleet/plugins/module_utils
+
+
+@functools.lru_cache(maxsize=None)
+def program_files(program, root=COLLECTION):
+    """The files of a device program ({src: the collection file, dest: where below the install
+    directory}): its entries at the top (modules) or in the package layout (module utilities), and
+    what they import."""
+    files = []
+    for src in edge_code.imported_closure(DEVICE_PROGRAMS[program], root):
+        if src.startswith("plugins/module_utils/"):
+            files.append({"src": src, "dest": "%s/%s" % (PACKAGE_DIR, os.path.basename(src))})
+        else:
+            files.append({"src": src, "dest": os.path.basename(src)})
+    return tuple(files)
+
+
+def shipped_files():
+    """{role: the collection files it installs on the device} for the roles that install a device
+    program, so that the program's code counts as the role's own (plugins/module_utils/edge_code.py)."""
+    return {"edge_boot": [f["src"] for f in program_files("boot")],
+            "edge_audit_timer": [f["src"] for f in program_files("audit")]}
+
+
 def boot_part():
     """Where the roles save the settings a reboot loses, and the one program that re-applies them
     (plugins/module_utils/edge_boot.py): its module name and files, installed by role edge_boot."""
-    utils = "/".join(edge_boot.PACKAGE.split("."))
     return {
         "state_dir": edge_boot.STATE_DIR,
         "state_files": dict((kind, edge_boot.state_path(kind)) for kind in edge_boot.UTILS),
         "unit": edge_boot.UNIT,
         "module": edge_boot.PACKAGE + ".edge_boot",
-        "program_files": [{"src": "plugins/module_utils/%s.py" % name, "dest": "%s/%s.py" % (utils, name)}
-                          for name in edge_boot.FILES],
+        "program_files": [dict(f) for f in program_files("boot")],
     }
 
 
@@ -383,7 +424,7 @@ def audit_part(intent, plan, role_options, code=None):
                 "code": (code or {}).get(role),
             },
         }
-    return {"record_dir": RECORD_DIR, "roles": roles}
+    return {"record_dir": RECORD_DIR, "roles": roles, "program_files": [dict(f) for f in program_files("audit")]}
 
 
 def _recorded(role, intent):

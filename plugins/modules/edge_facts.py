@@ -207,7 +207,8 @@ ansible_facts:
           sample: {name: armbian, version: "24.5.1", branch: vendor, family: rk35xx, board: rock-5b}
         cpu:
           description:
-            - The C(present), C(online) and C(isolated) CPUs (lists of CPU numbers) and the cpufreq
+            - The C(present), C(online) and C(isolated) CPUs (lists of CPU numbers), C(scheduled) (those the
+              running kernel schedules on, the cpuN lines of C(/proc/stat)) and the cpufreq
               C(clusters), one per policy, with C(policy), C(cpus), C(governor), C(governors),
               C(frequencies) (kHz), C(min_freq) and C(max_freq).
           returned: always
@@ -216,6 +217,7 @@ ansible_facts:
             present: [0, 1, 2, 3, 4, 5, 6, 7]
             online: [0, 1, 2, 3, 4, 5, 6, 7]
             isolated: []
+            scheduled: [0, 1, 2, 3, 4, 5, 6, 7]
             clusters:
               - {policy: 0, cpus: [0, 1, 2, 3], governor: schedutil, governors: [performance, schedutil],
                  frequencies: [729600, 1984000], min_freq: 729600, max_freq: 1984000}

@@ -86,7 +86,8 @@ def test_file_checks_hash_the_rendered_text_and_leave_out_files_not_written():
     assert checks == [
         {"setting": "a", "role": "edge_x", "kind": "file", "path": "/etc/a",
          "sha1": hashlib.sha1("héllo\n".encode()).hexdigest()},
-        {"setting": "c", "role": "edge_x", "kind": "file", "path": "/etc/c", "sha1": hashlib.sha1(b"\x00\x01").hexdigest()}]
+        {"setting": "c", "role": "edge_x", "kind": "file", "path": "/etc/c",
+         "sha1": hashlib.sha1(b"\x00\x01").hexdigest()}]
     assert all(edge_audit.check_problems(c) == [] for c in checks)
 
 
@@ -167,5 +168,6 @@ def test_artifacts_on_the_device_by_source():
                        engine=("http://127.0.0.1:8000/m.tar.gz", "BB"))
     assert got["artifacts"] == [{"kind": "runtime", "path": "/var/cache/edgetune/rt.tar.gz", "sha256": "aa"},
                                 {"kind": "engine", "path": "/var/cache/edgetune/m.tar.gz", "sha256": "bb"}]
-    got = device_paths("device", "/var/cache/edgetune", runtime=("/opt/rt.tar.gz", "aa"), engine=("/opt/m.tar.gz", "bb"))
+    got = device_paths("device", "/var/cache/edgetune", runtime=("/opt/rt.tar.gz", "aa"),
+                       engine=("/opt/m.tar.gz", "bb"))
     assert [a["path"] for a in got["artifacts"]] == ["/opt/rt.tar.gz", "/opt/m.tar.gz"]

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit, edge_boot
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import (
     audit, audit_records, evaluate, prometheus_text)
@@ -262,11 +261,10 @@ def test_on_device_command_writes_the_textfile_and_exits_1_on_drift(tmp_path):
     root = device(tmp_path / "dev", " " + ARGS[0], " " + " ".join(ARGS))
     install = tmp_path / "lib"
     repo = Path(__file__).resolve().parents[2]
-    # What role edge_audit_timer installs, read from the role itself.
-    role_vars = yaml.safe_load((repo / "roles/edge_audit_timer/vars/main.yml").read_text())
-    for item in role_vars["__edge_audit_timer_files"]:
-        utils_dir = role_vars["__edge_audit_timer_utils_dir"]
-        dest = install / item["dest"].replace("{{ __edge_audit_timer_utils_dir }}", utils_dir)
+    # What role edge_audit_timer installs: the plan's files of the audit program.
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_plan import program_files
+    for item in program_files("audit"):
+        dest = install / item["dest"]
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(repo / item["src"], dest)
     irq_device(root)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_code, edge_plan
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot, edge_code, edge_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = "ansible_collections.edgetune.fleet.plugins"
@@ -186,7 +186,7 @@ def _task_modules(tasks):
 
 
 def test_the_real_collection_every_role_its_own_digest():
-    shipped = {"edge_boot": [f["src"] for f in edge_plan.boot_part()["program_files"]]}
+    shipped = edge_plan.shipped_files()
     found = edge_code.role_code_digests(sorted(edge_plan.RECORDED_ROLES), str(ROOT), shipped)
     assert sorted(found) == sorted(edge_plan.RECORDED_ROLES)
     assert len(set(found.values())) == len(found), found
@@ -219,3 +219,18 @@ def test_the_real_collection_every_module_a_role_calls_exists():
     assert missing == {}
     for role in sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks").is_dir()):
         assert edge_code.role_code_files(role, str(ROOT))[1] == [], role  # every edgetune.fleet name is a plugin
+
+
+def test_the_device_programs_are_their_entries_and_everything_they_import():
+    """One manifest (edge_plan.DEVICE_PROGRAMS): the files follow the imports, none kept by hand."""
+    audit = [f["src"] for f in edge_plan.program_files("audit")]
+    assert "plugins/modules/edge_audit.py" in audit
+    for src in audit:
+        for imported in edge_code.python_imports(src, str(ROOT)):
+            assert imported in audit, (src, imported)
+    boot = [f["src"] for f in edge_plan.program_files("boot")]
+    for name in edge_boot.UTILS.values():  # imported by name at boot
+        assert "plugins/module_utils/%s.py" % name in boot
+    assert {f["dest"] for f in edge_plan.program_files("audit")} >= {
+        "edge_audit.py", "ansible_collections/edgetune/fleet/plugins/module_utils/edge_audit.py"}
+    assert edge_plan.shipped_files() == {"edge_boot": boot, "edge_audit_timer": audit}

@@ -740,7 +740,7 @@ def test_boot_program_runs_from_the_installed_layout_without_ansible(rk, state_d
     utils = install / edge_boot.PACKAGE.replace(".", "/")
     utils.mkdir(parents=True)
     others = set(edge_boot.UTILS.values()) - {"edge_dvfs"}
-    for name in edge_boot.FILES:
+    for name in boot_program_names():
         if name not in others:
             shutil.copy(str(REPO / "plugins/module_utils" / (name + ".py")), str(utils / (name + ".py")))
     done = subprocess.run([python, "-S", "-m", edge_boot.PACKAGE + ".edge_boot", "--state-dir", str(state_dir),
@@ -948,3 +948,9 @@ def test_documentation_matches_argument_spec(monkeypatch):
     assert captured["supports_check_mode"] is True
     assert doc["attributes"]["check_mode"]["support"] == "full"
     assert doc["attributes"]["diff_mode"]["support"] == "full"
+
+
+def boot_program_names():
+    """The module names of the files role edge_boot installs for the boot program (the plan's)."""
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_plan import program_files
+    return [f["src"].rsplit("/", 1)[-1][:-len(".py")] for f in program_files("boot")]

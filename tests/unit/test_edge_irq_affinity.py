@@ -579,7 +579,7 @@ def _state(state_dir, **settings):
 
 
 def test_the_boot_program_installs_what_edge_irq_imports():
-    assert set(BOOT_FILES) <= set(edge_boot.FILES)
+    assert set(BOOT_FILES) <= set(boot_program_names())
     assert edge_boot.UTILS["irq_affinity"] == "edge_irq"
 
 
@@ -791,3 +791,9 @@ def test_documentation_matches_argument_spec(monkeypatch):
     assert captured["supports_check_mode"] is True
     assert doc["attributes"]["check_mode"]["support"] == "full"
     assert doc["attributes"]["diff_mode"]["support"] == "full"
+
+
+def boot_program_names():
+    """The module names of the files role edge_boot installs for the boot program (the plan's)."""
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_plan import program_files
+    return [f["src"].rsplit("/", 1)[-1][:-len(".py")] for f in program_files("boot")]

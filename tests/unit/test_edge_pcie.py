@@ -935,9 +935,9 @@ def test_boot_program_runs_from_the_installed_layout_without_ansible(tmp_path):
     install = tmp_path / "usr/local/lib/edgetune"
     utils = install / "ansible_collections/edgetune/fleet/plugins/module_utils"
     utils.mkdir(parents=True)
-    # Only what edgetune-boot needs to re-apply this kind (edge_boot.FILES lists these).
+    # Only what edgetune-boot needs to re-apply this kind (the boot program's files are these and more).
     needed = ("edge_boot", "edge_error", "edge_fileio", "edge_pcie")
-    assert set(needed) <= set(edge_boot.FILES)
+    assert set(needed) <= set(boot_program_names())
     for name in needed:
         shutil.copy(str(REPO / "plugins/module_utils" / (name + ".py")), str(utils / (name + ".py")))
     directory = state_dir(tmp_path, pcie.boot_settings([NVME_TC1], 0.5))
@@ -1134,3 +1134,9 @@ def test_the_drift_audit_checks_each_mapping_and_the_state_file_the_boot_reads()
                         "sha1": "dcb42aa84d893477d7bedb2cf63d5f7f9ea7c8f8"}
     assert [c["kind"] for c in audit_checks(mappings)] == ["pcie_vc", "pcie_vc"]      # not persisted
     assert audit_checks([], "/etc/edgetune/boot.d/pcie-vc.json", "") == []
+
+
+def boot_program_names():
+    """The module names of the files role edge_boot installs for the boot program (the plan's)."""
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_plan import program_files
+    return [f["src"].rsplit("/", 1)[-1][:-len(".py")] for f in program_files("boot")]

@@ -285,7 +285,7 @@ def test_code_digests_are_each_role_s_own_code():
     found = code_digests(edge_plan.RECORDED_ROLES)
     assert code_digests(edge_plan.RECORDED_ROLES) == found
     assert len(set(found.values())) == len(edge_plan.RECORDED_ROLES)
-    shipped = {"edge_boot": [f["src"] for f in edge_plan.boot_part()["program_files"]]}
+    shipped = edge_plan.shipped_files()
     assert found == edge_code.role_code_digests(edge_plan.RECORDED_ROLES, COLLECTION_ROOT, shipped)
     facts, profile = board("orin-nx")
     checked = intent.validate({}, SPECS, facts=facts, profile=profile)
