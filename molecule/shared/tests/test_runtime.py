@@ -111,7 +111,7 @@ def test_rerun_changes_nothing_and_reports_the_fallbacks(host, runtime):
 @pytest.fixture(scope="module")
 def releases():
     """Artifacts for an upgrade, a release that cannot warm up, and an engine built for TensorRT."""
-    from edgetune import artifacts
+    from edgetune_dev import artifacts
     out = Path(tempfile.mkdtemp(prefix="edgetune-runtime-test-"))
     # Releases are immutable: the test versions carry a digest of the sources, so a changed
     # runtime gets new versions and an unchanged one rebuilds the very same artifacts.
@@ -227,7 +227,7 @@ def test_bad_input_fails_before_anything_changes(host, releases):
 # ------------------------------------------------------------------ llama-server and a GGUF model
 def llm_artifacts(host):
     """The packaged llama-server that runs on this twin (its machine, its glibc) and the GGUF engine."""
-    from edgetune import llm
+    from edgetune_dev import llm
     machine = host.check_output("uname -m")
     glibc = host.check_output("getconf GNU_LIBC_VERSION").split()[-1]
     return llm.deployable(PROJECT / ".cache" / "artifacts", machine, glibc)
@@ -238,7 +238,7 @@ def repackaged_engine(engine, out, version, flip_magic=False, compatibility=None
     manifest still consistent, as if the file had been damaged before packaging), or other
     compatibility declarations."""
     import tarfile
-    from edgetune import artifacts
+    from edgetune_dev import artifacts
     with tarfile.open(engine["path"], "r:gz") as tar:
         model = bytearray(tar.extractfile(engine["entry"]).read())
     if flip_magic:
