@@ -72,10 +72,10 @@ lint: venv sanity
 # promtool checks and unit-tests the alert rules in extras/prometheus/ and both
 # audit textfiles (tests/unit/test_prometheus.py). Debian ships it only in the
 # package prometheus (whose server systemd then starts on :9090); installed
-# through edgetune.host_packages as root, else its tests are skipped.
+# through edgetune_dev.host_packages as root, else its tests are skipped.
 promtool: venv
 	@if ! command -v promtool >/dev/null; then \
-	    if [ "$$(id -u)" -eq 0 ]; then python -m edgetune.host_packages prometheus; \
+	    if [ "$$(id -u)" -eq 0 ]; then PYTHONPATH=tools python -m edgetune_dev.host_packages prometheus; \
 	    else echo "promtool is missing (Debian: apt-get install prometheus): its tests are skipped"; fi; \
 	fi
 
@@ -133,7 +133,7 @@ artifacts: venv
 bench: images artifacts
 	tools/bench-runtime
 	tools/bench-audit
-	/usr/bin/python3 tools/edgetune/bench_netqos.py
+	/usr/bin/python3 tools/edgetune_dev/bench_netqos.py
 
 # The collection tarball and the CLI's wheel side by side in dist/, built offline with the venv's
 # setuptools and wheel: `ansible-galaxy collection install` the one, `pipx install` the other.

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from edgetune import artifacts as packager
-from edgetune.twin import manager
+from edgetune_dev import artifacts as packager
+from edgetune_dev.twin import manager
 
 pytestmark = pytest.mark.controller
 

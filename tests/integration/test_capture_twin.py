@@ -89,7 +89,7 @@ def fleet(tmp_path_factory):
 
 def test_twins_of_the_capture_boot_as_the_board(fleet):
     for name in TWINS:
-        inspect = subprocess.run(["docker", "inspect", "-f", '{{index .Config.Labels "io.edgetune.twin"}}', name],
+        inspect = subprocess.run(["docker", "inspect", "-f", '{{index .Config.Labels "io.edgetune_dev.twin"}}', name],
                                  stdout=subprocess.PIPE, universal_newlines=True, check=True)
         assert inspect.stdout.strip() == "captured/" + NAME
         boot = json.loads(subprocess.run(["docker", "exec", name, "cat", "/run/edgetune-twin/boot.json"],

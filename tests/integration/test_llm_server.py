@@ -21,7 +21,7 @@ import pytest
 
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_artifact as artifact
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_gguf, edge_llm, edge_sched
-from edgetune import llm
+from edgetune_dev import llm
 
 pytestmark = pytest.mark.controller
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".cache" / "artifacts"

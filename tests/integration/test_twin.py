@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from edgetune.twin import manager
+from edgetune_dev.twin import manager
 
 pytestmark = pytest.mark.controller
 

@@ -57,7 +57,7 @@ def ruff():
 
 def test_shebang_detection_sees_the_known_scripts():
     files = python_files()
-    for known in ("tools/bench-runtime", "tools/edgetune/twin/guest/jetson_clocks", "runtime/edgetune-runtime"):
+    for known in ("tools/bench-runtime", "tools/edgetune_dev/twin/guest/jetson_clocks", "runtime/edgetune-runtime"):
         assert known in files
     for shell in ("tools/demo", "tools/run-unit-py38", "tools/python38"):
         assert shell not in files

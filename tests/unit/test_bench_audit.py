@@ -1,9 +1,9 @@
-"""tools/edgetune/bench_audit.py: what the audit benchmark counts, on reports shaped like ansible.posix.json's."""
+"""tools/edgetune_dev/bench_audit.py: what the audit benchmark counts, on reports shaped like ansible.posix.json's."""
 import json
 
 import pytest
 
-from edgetune import bench_audit
+from edgetune_dev import bench_audit
 
 pytestmark = pytest.mark.controller
 

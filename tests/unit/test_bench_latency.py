@@ -1,4 +1,4 @@
-"""`edgetune bench latency` (tools/edgetune/bench.py): nearest-rank percentiles (the
+"""`edgetune bench latency` (tools/edgetune_dev/bench.py): nearest-rank percentiles (the
 deploy gate's own code), exit codes, standalone use on a device, against a real local runtime."""
 import json
 import subprocess
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edgetune import bench
+from edgetune_dev import bench
 from edgetune.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def test_bad_urls(url):
 
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory):
-    from edgetune import artifacts
+    from edgetune_dev import artifacts
     import shutil
     out = tmp_path_factory.mktemp("bench")
     for item, sub in ((artifacts.package_engine(out), "engine"), (artifacts.package_runtime(out), "runtime")):
@@ -117,7 +117,7 @@ def test_a_plot_that_cannot_be_made_says_why_in_one_line(runtime, tmp_path, caps
 
 
 PIPED_SOURCE = "\n".join((REPO / src).read_text()
-                         for src in ("plugins/module_utils/edge_latency.py", "tools/edgetune/bench.py"))
+                         for src in ("plugins/module_utils/edge_latency.py", "tools/edgetune_dev/bench.py"))
 
 
 def test_runs_standalone_from_stdin_with_the_system_python(runtime):

@@ -1,4 +1,4 @@
-"""tools/bench-runtime's LLM numbers (tools/edgetune/bench_llm.py): the program it pipes to the
+"""tools/bench-runtime's LLM numbers (tools/edgetune_dev/bench_llm.py): the program it pipes to the
 device, run here as the device runs it (Python -I from stdin, no edgetune installed) against a
 local server streaming as llama-server does; the summary, the ratios and the table."""
 import json
@@ -7,7 +7,7 @@ import sys
 
 from test_edge_llm import Streamer
 
-from edgetune import bench_llm
+from edgetune_dev import bench_llm
 
 
 def device(*argv):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from edgetune import cli
-from edgetune.twin import capture, device, manager
+from edgetune_dev.twin import capture, device, manager
 
 # The test server's transport threads may see the client hang up first (the refusals close the
 # connection at once): paramiko's server side then ends its thread with ConnectionResetError.

@@ -7,13 +7,17 @@ that cannot see this checkout: ``python -S`` skips site-packages and their
 finder) is not loaded; PYTHONPATH gives the installed wheel first, then the
 venv's site-packages for the dependencies (ansible-core, PyYAML), which hold
 no edgetune. The subprocess checks where edgetune was imported from.
+The wheel holds the product only: no module of the development harness
+(edgetune_dev), whose commands an installed edgetune does not offer.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -48,12 +52,10 @@ def installed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("installed")
     (tmp / "home").mkdir()
     dist = tmp / "dist"
-    # The wheel from a copy of tools/ (a build writes build/ and *.egg-info next to pyproject.toml).
+    # The wheel from a copy of tools/ (a build writes build/ and *.egg-info next to pyproject.toml), the
+    # harness (edgetune_dev) included: pyproject.toml is what must leave it out.
     source = tmp / "src"
-    source.mkdir()
-    shutil.copy(ROOT / "tools" / "pyproject.toml", source)
-    shutil.copytree(ROOT / "tools" / "edgetune", source / "edgetune",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
+    shutil.copytree(ROOT / "tools", source, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
     run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps",
          "--no-build-isolation", "--no-index", "-w", dist, source], env=clean_env(tmp))
     run([BIN / "ansible-galaxy", "collection", "build", "--output-path", dist, "--force", ROOT],
@@ -101,6 +103,50 @@ def test_version_names_both_versions_and_the_collection_path(installed):
         __version__, COLLECTION_VERSION, found)
 
 
+def test_the_wheel_holds_the_product_and_no_harness(installed):
+    """edgetune, its device checks and verify's playbook; nothing of edgetune_dev (twins, VM, benchmarks,
+    packaging), and the harness's commands are not offered."""
+    (wheel,) = (installed / "dist").glob("edgetune-*.whl")
+    with zipfile.ZipFile(str(wheel)) as archive:
+        names = archive.namelist()
+    packages = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert packages == {"edgetune"}, packages
+    for wanted in ("edgetune/cli.py", "edgetune/verify.py", "edgetune/verify_plan.yml", "edgetune/checks/plugin.py",
+                   "edgetune/checks/bootargs.py", "edgetune/checks/runtime.py"):
+        assert wanted in names, wanted
+    assert not [n for n in names if "twin" in n or "/vm/" in n or "bench" in n or "artifacts" in n], names
+    metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    with zipfile.ZipFile(str(wheel)) as archive:
+        requires = [line for line in archive.read(metadata).decode().splitlines() if line.startswith("Requires-Dist")]
+    assert not [r for r in requires if "matplotlib" in r] and [r for r in requires if "pytest-testinfra" in r]
+    assert not (installed / "site" / "edgetune_dev").exists()
+    done = edgetune(installed, "--help", collections=[installed / "collections"])
+    choices = re.search(r"\{([a-z,]+)\}", done.stdout).group(1).split(",")
+    assert sorted(choices) == ["audit", "bpf", "pcie", "plan", "tune", "verify"], done.stdout
+    done = edgetune(installed, "twin", "up", collections=[installed / "collections"])
+    assert done.returncode == 2 and "invalid choice: 'twin'" in done.stderr
+
+
+def test_verify_runs_the_installed_checks(installed):
+    """verify --help, and its run reaching pytest with the checks the wheel holds (no checkout): a host that
+    cannot be reached is named, and each check errors on it rather than passing."""
+    done = edgetune(installed, "verify", "--help", collections=[installed / "collections"])
+    assert done.returncode == 0 and "--limit" in done.stdout, done.stderr
+    work = installed / "verify-work"
+    work.mkdir(exist_ok=True)
+    (work / "ansible.cfg").write_text("[defaults]\ninventory = hosts.yml\ncollections_path = %s\n"
+                                      % (installed / "collections"))
+    (work / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"ghost": {
+        "ansible_connection": "local", "ansible_python_interpreter": "/nonexistent/python3"}}}}))
+    done = edgetune(installed, "verify", "-l", "ghost", "--junit", "v.xml", cwd=work)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "ghost: cannot be verified" in done.stderr, done.stderr
+    report = (work / "v.xml").read_text()
+    assert "bootargs.py::test_args_are_in_the_boot_file_and_running" in done.stdout, done.stdout[-3000:]
+    assert str(ROOT / "tools") not in done.stdout  # the wheel's checks, not the checkout's
+    assert 'tests="20"' in report and 'errors="0"' not in report, report[:500]
+
+
 @pytest.mark.parametrize("command", ["--help", "plan --help", "audit --help", "verify --help"])
 def test_help_works_installed(installed, command):
     done = edgetune(installed, *command.split(), collections=[installed / "collections"])
@@ -109,11 +155,30 @@ def test_help_works_installed(installed, command):
 
 
 def test_what_an_installation_lacks_is_one_line_and_exit_2(installed):
-    for argv, says in ((["runtime", "package"], "`edgetune runtime` needs the reference runtime (runtime/ of an"),
-                       (["verify", "-l", "orin-fleet"], "verify runs the device checks of an edgetune checkout")):
-        done = edgetune(installed, *argv, collections=[installed / "collections"])
-        assert done.returncode == 2 and done.stdout == ""
-        assert len(done.stderr.splitlines()) == 1 and says in done.stderr, done.stderr
+    # verify without pytest and testinfra for this Python (the wheel installed with --no-deps beside them).
+    bare = installed / "bare"
+    if not bare.exists():
+        bare.mkdir()
+        shutil.copytree(installed / "site" / "edgetune", bare / "edgetune")
+        shutil.copytree(installed / "site" / "bin", bare / "bin")
+    env = clean_env(installed)
+    env.update(PYTHONPATH=os.pathsep.join([str(bare), str(installed / "deps")]),
+               ANSIBLE_COLLECTIONS_PATH=str(installed / "collections"))
+    deps = installed / "deps"
+    if not deps.exists():  # the venv's dependencies but pytest's and testinfra's
+        deps.mkdir()
+        purelib = Path(sysconfig.get_paths()["purelib"])
+        for entry in purelib.iterdir():
+            if not entry.name.startswith(("pytest", "_pytest", "testinfra", "pytest_testinfra", "edgetune",
+                                          "__editable__")) and not entry.name.endswith(".pth"):
+                (deps / entry.name).symlink_to(entry)
+    done = subprocess.run([sys.executable, "-S", str(bare / "bin" / "edgetune"), "verify", "-l", "orin-fleet"],
+                          cwd=str(installed / "empty"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert "`edgetune verify` runs the device checks with pytest and pytest-testinfra, which are not installed" \
+        in done.stderr, done.stderr
     # Without the collection, a command that needs its code says so (also one line, exit 2).
     done = edgetune(installed, "bpf", "--help", collections=[installed / "nowhere"])
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
@@ -176,7 +241,7 @@ def test_version_names_the_collection_ansible_finds_first(installed, other_versi
 
 def test_the_listing_imports_no_tool_module_and_gives_each_modules_own_help():
     done = run([sys.executable, "-c", "import json, sys; from edgetune import cli; cli.build_parser([]); "
-                "print(json.dumps([m for m in cli.TOOL_MODULES + ['edgetune.twin.capture'] if m in sys.modules]))"])
+                "print(json.dumps([m for m in cli.TOOL_MODULES + ['edgetune_dev.twin.capture'] if m in sys.modules]))"])
     assert json.loads(done.stdout) == []
     from edgetune import cli
 

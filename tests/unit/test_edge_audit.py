@@ -460,7 +460,7 @@ def test_memory_limits_given_as_a_share_of_the_ram_follow_memtotal(tmp_path):
 # --------------------------------------------------------------------------
 # nvpmodel: the power mode by name, running (nvpmodel -q) and recorded for the boot
 
-ORIN_NX_CONF = Path(__file__).resolve().parents[2] / "tools/edgetune/twin/guest/nvpmodel_confs" \
+ORIN_NX_CONF = Path(__file__).resolve().parents[2] / "tools/edgetune_dev/twin/guest/nvpmodel_confs" \
     / "nvpmodel_p3767_0000_super.conf"
 
 

@@ -135,7 +135,7 @@ def test_the_project_inventories_are_valid():
     values.update(yaml.safe_load((REPO / "inventory/sample/group_vars/all.yml").read_text()))
     for name in BOARDS:
         assert problems(values, name=name) == {}
-    for path in sorted((REPO / "tools/edgetune/vm/host_vars").glob("*.yml")):
+    for path in sorted((REPO / "tools/edgetune_dev/vm/host_vars").glob("*.yml")):
         assert problems(dict(values, **yaml.safe_load(path.read_text()))) == {}, path
     # molecule's netqos check on a twin
     assert problems({"edge_netqos_interfaces": [{"name": "lo", "rate": "100mbit"}], "edge_netqos_ports": [8000],
@@ -562,7 +562,7 @@ def test_summary_says_nothing_was_changed_only_for_the_preflight():
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory):
     """Reference artifacts, a corrupt one and an engine for another SoC, made by the project's packager."""
-    from edgetune import artifacts as packager
+    from edgetune_dev import artifacts as packager
     out = tmp_path_factory.mktemp("artifacts")
     runtime = packager.package_runtime(out)
     engine = packager.package_engine(out)
@@ -629,7 +629,7 @@ def test_incompatible_engine_is_refused_on_the_controller(artifacts):
 
 
 def test_a_context_longer_than_the_engines_is_refused(tmp_path):
-    from edgetune import artifacts as packager
+    from edgetune_dev import artifacts as packager
     server = packager.package(
         {"kind": "runtime", "name": "llama-server", "version": "0.1.0", "entry": "bin/llama-server",
          "engine_formats": ["gguf"], "backend": "cpu", "compatibility": {}},
@@ -653,7 +653,7 @@ def test_a_context_longer_than_the_engines_is_refused(tmp_path):
 
 def package_llm(out, arch, glibc, version="0.5.0", engine_version="0.1.2"):
     """A llama-server build and a GGUF engine as `make artifacts` packages them (contents are stand-ins)."""
-    from edgetune import artifacts as packager
+    from edgetune_dev import artifacts as packager
     stem = "edgetune-llama-server-%s-%s" % (version, arch)
     server = packager.package(
         {"kind": "runtime", "name": "llama-server", "version": version, "entry": "bin/llama-server",
@@ -735,7 +735,7 @@ def test_every_spec_option_has_a_type_the_checker_knows():
 
 
 def test_what_edge_facts_read_of_the_runtimes_is_checked_on_the_controller(artifacts, tmp_path):
-    from edgetune import artifacts as packager
+    from edgetune_dev import artifacts as packager
     trt = packager.package_engine(tmp_path, version="0.3.0", fmt="tensorrt-plan", compatibility={
         "socs": ["tegra234"], "l4t": ">=36.4,<37", "requires": {"tensorrt": {"version": "10.3"}}})
     values = with_artifacts(artifacts, edge_runtime_engine_src=trt["path"])

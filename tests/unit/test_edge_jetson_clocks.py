@@ -22,12 +22,12 @@ from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot, e
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 
 REPO = Path(__file__).resolve().parents[2]
-GUEST = REPO / "tools" / "edgetune" / "twin" / "guest"
+GUEST = REPO / "tools" / "edgetune_dev" / "twin" / "guest"
 JETSON_CLOCKS = GUEST / "jetson_clocks"
 NVPMODEL = GUEST / "nvpmodel"
 PY38 = "/root/.pyenv/versions/3.8.18/bin/python"
 
-# cpufreq tables (kHz) and GPU OPPs (Hz): tools/edgetune/twin/guest/boards/*.json
+# cpufreq tables (kHz) and GPU OPPs (Hz): tools/edgetune_dev/twin/guest/boards/*.json
 ORIN_CPU = [115200 + 76800 * k for k in range(28)] + [2201600]
 NX_CPU = ORIN_CPU[:24] + [1958400, 1984000]
 GPU_OPPS = [306000000, 408000000, 510000000, 612000000, 714000000, 816000000, 918000000,

@@ -25,11 +25,11 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_nvpmodel impor
 )
 
 REPO = Path(__file__).resolve().parents[2]
-GUEST = REPO / "tools" / "edgetune" / "twin" / "guest"
+GUEST = REPO / "tools" / "edgetune_dev" / "twin" / "guest"
 CONFS = GUEST / "nvpmodel_confs"
 SIM = GUEST / "nvpmodel"
 
-# cpufreq tables (kHz) and GPU OPPs (Hz): tools/edgetune/twin/guest/boards/*.json
+# cpufreq tables (kHz) and GPU OPPs (Hz): tools/edgetune_dev/twin/guest/boards/*.json
 ORIN_CPU = [115200, 192000, 268800, 345600, 422400, 499200, 576000, 652800, 729600, 806400,
             883200, 960000, 1036800, 1113600, 1190400, 1267200, 1344000, 1420800, 1497600,
             1574400, 1651200, 1728000, 1804800, 1881600, 1958400, 2035200, 2112000, 2188800, 2201600]

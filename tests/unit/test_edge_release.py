@@ -1,7 +1,7 @@
 """edge_release on a temporary root: checks before changes, install, atomic switch,
 keep-N, rollback, immutability, check mode and diff.
 
-The artifacts are made by the project's own packager (tools/edgetune/artifacts.py)
+The artifacts are made by the project's own packager (tools/edgetune_dev/artifacts.py)
 from a tiny engine spec, so the module is tested on the tarballs it will really get.
 """
 import json
@@ -18,7 +18,7 @@ import pytest
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact import sha256_file
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 from ansible.module_utils.testing import patch_module_args
-from edgetune import artifacts
+from edgetune_dev import artifacts
 
 DEVICE = {"soc": "tegra234", "l4t": {"major": 36, "revision": "4.3", "version": "36.4.3"},
           "bsp": {"name": "debian", "version": "12"}}

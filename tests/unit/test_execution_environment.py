@@ -35,7 +35,8 @@ NOT_IN_EE = {
     "bcc": "the eBPF loader's, on the devices (and `edgetune bpf` on its own host, through the "
            "system Python); bcc is not on PyPI and a job template does not need it",
     "pyroute2": "only with bcc (the loader, on the devices)",
-    "edgetune_runtime": "the reference runtime (runtime/), packaged by `make artifacts` in a checkout",
+    "edgetune_dev": "the development harness of a checkout (twins, VM, benchmarks, packaging), not in the "
+                    "wheel; edgetune.cli adds its commands only where it imports",
 }
 
 
@@ -109,6 +110,7 @@ def collection_imports():
 
 
 def cli_imports():
+    """The CLI's wheel: the package edgetune (the harness, edgetune_dev, is not in it)."""
     return _third_party(sorted((REPO / "tools" / "edgetune").rglob("*.py")))
 
 

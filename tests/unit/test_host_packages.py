@@ -1,4 +1,4 @@
-"""Host packages (tools/edgetune/host_packages.py): every apt run of the tools is serial and once.
+"""Host packages (tools/edgetune_dev/host_packages.py): every apt run of the tools is serial and once.
 
 A fake apt-get on PATH records each run with its start and end and fails, as
 apt does, when a second one starts while one runs; its `install` puts the
@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from edgetune import cli, host_packages, kernel_headers
+from edgetune import cli
+from edgetune_dev import host_packages, kernel_headers
 from edgetune.errors import UsageError
-from edgetune.twin import manager
-from edgetune.vm import image
+from edgetune_dev.twin import manager
+from edgetune_dev.vm import image
 
 FAKE_APT = r'''#!{python}
 import json, os, sys, time
@@ -200,7 +201,7 @@ def test_two_processes_run_apt_one_after_the_other(fresh_machine):
     """As when make test runs the VM scenario beside the rest: the lock file (the real one,
     host_packages.LOCK_FILE) keeps two edgetune processes' apt runs apart."""
     env = dict(os.environ, PYTHONPATH=str(TOOLS))
-    helpers = [subprocess.Popen([sys.executable, "-m", "edgetune.host_packages", "python3-pyroute2"], env=env,
+    helpers = [subprocess.Popen([sys.executable, "-m", "edgetune_dev.host_packages", "python3-pyroute2"], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _twice in range(2)]
     outputs = sorted(helper.communicate(timeout=120)[0] for helper in helpers)
     assert [helper.returncode for helper in helpers] == [0, 0], outputs

@@ -1,4 +1,4 @@
-"""The LLM artifacts' packager (tools/edgetune/llm.py): the build cache key, the
+"""The LLM artifacts' packager (tools/edgetune_dev/llm.py): the build cache key, the
 build flags, what is read from the build (readelf, the sdist's commit), the
 reuse of a cached build without Docker, and the manifests of the llama-server
 and GGUF engine artifacts (checked with the same reader the device uses)."""
@@ -14,7 +14,7 @@ from test_edge_gguf import write_gguf
 from test_edge_llm import Streamer
 
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_artifact as artifact
-from edgetune import llm
+from edgetune_dev import llm
 from edgetune.errors import UsageError
 
 pytestmark = pytest.mark.controller

@@ -93,8 +93,8 @@ def test_write_text_is_atomic_and_fails_in_one_line(place):
 def cli(monkeypatch):
     """edgetune.cli with everything that would touch a device, a twin or a VM replaced by a recorder."""
     from edgetune import audit, cli, verify
-    from edgetune.twin import manager
-    from edgetune.vm import runner
+    from edgetune_dev.twin import manager
+    from edgetune_dev.vm import runner
     started = []
 
     def refuse(what):

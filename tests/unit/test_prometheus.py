@@ -169,7 +169,7 @@ def promtool():
     found = shutil.which("promtool")
     if found:
         return found
-    from edgetune import host_packages
+    from edgetune_dev import host_packages
     if host_packages.is_debian_root():
         pytest.fail("promtool is missing: `make unit` installs it (Debian's package prometheus)")
     pytest.skip("promtool is not installed and this is not Debian as root (Debian: apt-get install prometheus)")

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import threads_of
-from edgetune import artifacts
+from edgetune_dev import artifacts
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "runtime"))

@@ -7,7 +7,7 @@ import pytest
 
 from edgetune import cli
 from edgetune.errors import UsageError
-from edgetune.twin import inotify, manager
+from edgetune_dev.twin import inotify, manager
 
 # Debian's defaults on a small host.
 DEFAULTS = {"max_user_instances": 128, "max_user_watches": 8192}

@@ -8,7 +8,7 @@ import subprocess
 
 import yaml
 
-from edgetune.twin import manager
+from edgetune_dev.twin import manager
 
 
 def fake_docker(rows):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-GUEST = REPO / "tools" / "edgetune" / "twin" / "guest"
+GUEST = REPO / "tools" / "edgetune_dev" / "twin" / "guest"
 JETSON_CLOCKS = GUEST / "jetson_clocks"
 NVPMODEL = GUEST / "nvpmodel"
 

@@ -2,12 +2,12 @@
 import pytest
 from test_edge_plan import plan_for
 
-from edgetune import verify
+from edgetune import CHECKOUT, verify
 from test_edge_intent import board
 
 pytestmark = pytest.mark.controller
 
-DEFAULTS = verify.role_defaults(verify.CHECKOUT)
+DEFAULTS = verify.role_defaults(CHECKOUT)  # the checkout is the collection
 
 
 def plan(name="orin-nx", **intent):

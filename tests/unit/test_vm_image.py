@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PROBE = ("import json; from edgetune.vm import image, runner; "
+PROBE = ("import json; from edgetune_dev.vm import image, runner; "
          "print(json.dumps({'cache': str(image.CACHE), 'run': str(runner.RUN)}))")
 
 

@@ -1,4 +1,4 @@
-"""edgetune: tools for tuning and auditing fleets of edge AI devices.
+"""edgetune: the CLI for tuning, planning, auditing and verifying fleets of edge AI devices.
 
 The tools run the very code the devices run: the collection's module
 utilities (``ansible_collections.edgetune.fleet.plugins.module_utils``) and,
@@ -8,8 +8,9 @@ name from where Ansible finds it (its collections paths: ansible.cfg as
 Ansible finds it from the current directory, ANSIBLE_COLLECTIONS_PATH); run
 from a checkout (which *is* the collection), the link ``make collection``
 keeps in ``.cache/collections`` (the path its ansible.cfg names) is made
-first when missing and is the fallback. Installed from a wheel, nothing is
-written next to the package.
+first when missing and is the fallback, and the checkout's tools/ (the
+development harness, edgetune_dev) is importable too. Installed from a wheel,
+nothing is written next to the package, and there is no harness.
 """
 import sys
 from pathlib import Path
@@ -35,7 +36,8 @@ def _make_collection_importable():
         found = COLLECTION_LINK
     paths = [str(found.parents[2])] if found is not None else []  # the directory holding ansible_collections/
     if CHECKOUT:
-        paths.append(str(CHECKOUT / "runtime"))
+        # The reference runtime, and the development harness (edgetune_dev: twins, VM, benchmarks, packaging).
+        paths += [str(CHECKOUT / "runtime"), str(CHECKOUT / "tools")]
     for path in paths:
         if path not in sys.path:
             sys.path.append(path)

@@ -25,9 +25,10 @@ NAMESPACE, NAME = "edgetune", "fleet"
 class AnsibleConfig:
     """The settings in effect for a run started from the current directory."""
 
-    def __init__(self, path, collections_paths, host_key_checking, callback_paths):
+    def __init__(self, path, collections_paths, host_key_checking, callback_paths, inventories=()):
         self.path = path  # None: no ansible.cfg found, Ansible's defaults
         self.collections_paths = collections_paths
+        self.inventories = list(inventories)  # its inventory setting, resolved as Ansible resolves it
         self.host_key_checking = host_key_checking
         self.callback_paths = callback_paths
 
@@ -50,7 +51,8 @@ def config_in_effect():
                          collections_paths=list(manager.get_config_value("COLLECTIONS_PATHS") or []),
                          host_key_checking=bool(manager.get_config_value("HOST_KEY_CHECKING")),
                          callback_paths=list(manager.get_config_value("DEFAULT_CALLBACK_PLUGIN_PATH",
-                                                                      variables=home) or []))
+                                                                      variables=home) or []),
+                         inventories=list(manager.get_config_value("DEFAULT_HOST_LIST") or []))
 
 
 def find_collection(collections_paths):

@@ -5,14 +5,11 @@ Exit codes: 0 clean, 1 findings (e.g. drift), 2 usage or environment error.
 import argparse
 import functools
 import importlib
-import json
 import os
 import sys
-import time
 
-from edgetune import COLLECTION_VERSION, __version__, ansible_setup, outputs
+from edgetune import COLLECTION_VERSION, __version__, ansible_setup
 from edgetune.errors import UsageError
-from edgetune.twin import manager
 
 # Each tool module adds its own subcommand: add_parser(subparsers) registers
 # it with set_defaults(func=...); the function returns the exit code and
@@ -24,102 +21,31 @@ COMMANDS = [  # (command, the modules that add it, its help)
     ("audit", ["edgetune.audit"], "drift audit of the fleet (desired vs persisted vs running)"),
     ("pcie", ["edgetune.pcie"], "PCIe virtual channels (TC/VC mapping) of devices"),
     ("bpf", ["edgetune.bpf"], "inference traffic priority: eBPF classifier + HTB"),
-    ("bench", ["edgetune.bench", "edgetune.bench_llm"], "benchmarks (latency of a runtime, ...)"),
-    ("runtime", ["edgetune.artifacts"], "the reference inference runtime and its engine"),
-    ("vm", ["edgetune.vm.cli"], "the VM twin: real kernel and bootloader under qemu (emulated)"),
     ("verify", ["edgetune.verify"], "run the device checks of the twins' tests against devices "
                                     "(expected values from the inventory's intent and the boards' facts)"),
     ("plan", ["edgetune.plan"], "print each device's plan (the validated desired state), reading only the facts"),
     ("tune", ["edgetune.tune"], "tune on the devices themselves (the runtime's settings, measured)"),
 ]
+# The development harness (twins, VM, benchmarks, packaging): the package edgetune_dev of a checkout's
+# tools/, which the wheel does not include. Where it imports, its commands are added to these.
+try:
+    from edgetune_dev import cli as harness
+except ImportError as error:
+    if not (error.name or "").startswith("edgetune_dev"):
+        raise
+    harness = None
+if harness is not None:
+    COMMANDS += harness.COMMANDS
+# What a command raises for a one-line error (exit 2).
+ERRORS = (UsageError,) + (harness.ERRORS if harness is not None else ())
 TOOL_MODULES = [module for _, modules, _ in COMMANDS for module in modules]
-TWIN_HELP = "device twins (systemd containers that look like a board)"
 # What a module that fails to import lacks, by the missing module's name.
 MISSING = [
     ("ansible_collections", "the collection edgetune.fleet, which Ansible does not find from here: install it "
                             "with `ansible-galaxy collection install` where ansible.cfg's collections_path "
                             "or ANSIBLE_COLLECTIONS_PATH points"),
-    ("edgetune_runtime", "the reference runtime (runtime/ of an edgetune checkout), which an installed "
-                         "edgetune does not include: run it from a checkout"),
+    ("edgetune_runtime", "the reference runtime (runtime/ of an edgetune checkout): run it from a checkout"),
 ]
-
-DEFAULT_FLEET = "orin-nx-16gb-r36:1,agx-orin-64gb-r35:1,rock5b-rk3588:1"
-
-
-def say(message):
-    print("edgetune: " + message, file=sys.stderr, flush=True)
-
-
-def write_twin_inventory(directory):
-    """manager.write_inventory, a failed write one line (exit 2)."""
-    try:
-        return manager.write_inventory(directory)
-    except OSError as exc:
-        raise UsageError("--inventory-dir %s: the inventory was not written: %s"
-                         % (directory, outputs.reason(exc))) from None
-
-
-def cmd_twin_up(args):
-    fleet = manager.parse_fleet(args.fleet)
-    outputs.check(directories=[("--inventory-dir", args.inventory_dir)])  # before any twin starts
-    started = time.time()
-    names = manager.up(fleet, say, args.inventory_dir)
-    path = write_twin_inventory(args.inventory_dir)
-    say("%d twin(s) up in %.0f s; inventory %s" % (len(names), time.time() - started, path))
-    return 0
-
-
-def cmd_twin_create(args):
-    manager.ensure_images([manager.board(args.board)["distro"]], say)
-    manager.create(args.name, args.board, say)
-    return 0
-
-
-def cmd_twin_rm(args):
-    for name in args.names:
-        manager.remove(name)
-    return 0
-
-
-def cmd_twin_down(args):
-    outputs.check(directories=[("--inventory-dir", args.inventory_dir)])  # before any twin is removed
-    for twin in manager.twins(fleet_only=True, inventory_dir=args.inventory_dir):
-        manager.remove(twin["name"])
-    write_twin_inventory(args.inventory_dir)
-    return 0
-
-
-def cmd_twin_list(args):
-    rows = manager.twins()
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    if not rows:
-        print("no twins; start some with `edgetune twin up`")
-    for row in rows:
-        spec = manager.board(row["board"])
-        print("%-28s %-9s %-14s %s" % (row["name"], "running" if row["running"] else "stopped",
-                                       manager.fleet_group(spec), spec["title"]))
-    return 0
-
-
-def cmd_twin_boards(args):
-    for name, spec in manager.boards().items():
-        print("%-20s %-13s %s" % (name, manager.fleet_group(spec), spec["title"]))
-    return 0
-
-
-def cmd_twin_engine(args):
-    manager.ensure_engine(say)
-    return 0
-
-
-def cmd_twin_images(args):
-    distros = sorted({spec["distro"] for spec in manager.boards().values()})
-    for tag in manager.ensure_images(distros, say):
-        print(tag)
-    return 0
-
 
 def version_text():
     """edgetune's version and that of the collection Ansible finds from here, with its path (one line)."""
@@ -174,37 +100,6 @@ def add_command(sub, command, modules, help_):
         module.add_parser(sub)
 
 
-def add_twin(sub):
-    twin = sub.add_parser("twin", help=TWIN_HELP)
-    twin_sub = twin.add_subparsers(dest="twin_command", required=True)
-    p = twin_sub.add_parser("up", help="create the twins of a fleet spec and write inventory/twin/")
-    p.add_argument("--fleet", default=DEFAULT_FLEET, help="board[:count],... (default: %(default)s)")
-    p.add_argument("--inventory-dir", default="inventory/twin")
-    p.set_defaults(func=cmd_twin_up)
-    p = twin_sub.add_parser("down", help="remove the twins `twin up` made for this inventory directory "
-                                          "(not another directory's, not molecule's)")
-    p.add_argument("--inventory-dir", default="inventory/twin")
-    p.set_defaults(func=cmd_twin_down)
-    p = twin_sub.add_parser("list", help="list twins")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_twin_list)
-    p = twin_sub.add_parser("boards", help="list the boards a twin can be")
-    p.set_defaults(func=cmd_twin_boards)
-    p = twin_sub.add_parser("engine", help="make sure a Docker engine answers (starts dockerd on Debian as root)")
-    p.set_defaults(func=cmd_twin_engine)
-    p = twin_sub.add_parser("images", help="build the twin images (cached)")
-    p.set_defaults(func=cmd_twin_images)
-    p = twin_sub.add_parser("create", help="create one twin (used by molecule)")
-    p.add_argument("name")
-    p.add_argument("--board", required=True)
-    p.set_defaults(func=cmd_twin_create)
-    p = twin_sub.add_parser("rm", help="remove twins by name (used by molecule)")
-    p.add_argument("names", nargs="+")
-    p.set_defaults(func=cmd_twin_rm)
-    add_command(twin_sub, "capture", ["edgetune.twin.capture"],
-                "read a real board over SSH (read-only) and write a twin board of it")
-
-
 def build_parser(argv=None):
     """The parser of `edgetune`. Given argv, only the modules of the command it names are imported
     (the others are listed by name and help); without, every command's."""
@@ -212,10 +107,11 @@ def build_parser(argv=None):
     parser = argparse.ArgumentParser(prog="edgetune", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action=PrintVersion)
     sub = parser.add_subparsers(dest="command", required=True)
-    if argv is None or chosen == "twin":
-        add_twin(sub)
-    else:
-        sub.add_parser("twin", help=TWIN_HELP, add_help=False)
+    if harness is not None:
+        if argv is None or chosen == "twin":
+            harness.add_twin(sub, add_command)
+        else:
+            sub.add_parser("twin", help=harness.TWIN_HELP, add_help=False)
     for command, modules, help_ in COMMANDS:
         if argv is None or chosen == command:
             add_command(sub, command, modules, help_)
@@ -232,7 +128,7 @@ def main(argv=None):
         parser.error("unrecognized arguments: %s" % " ".join(unknown))
     try:
         return args.func(args)
-    except (manager.TwinError, UsageError) as exc:
+    except ERRORS as exc:
         print("edgetune: error: %s" % exc, file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,21 +1,26 @@
 """`edgetune verify`: run the device checks molecule runs on the twins
-(molecule/shared/tests, marker ``device``) against real devices, through the
-Ansible inventory (testinfra's ansible backend), with a JUnit report.
+(edgetune.checks, the functions marked ``device``, which molecule/shared/tests
+collects too) against devices, through the Ansible inventory (testinfra's
+ansible backend), with a JUnit report.
 
 Expected values are not the twins' hand-written ones: for each device they
-come from its plan, the object the roles apply. Step 1 runs
-tools/edgetune/verify_plan.yml (playbooks/preflight.yml: edge_facts reads the
-board, the action edge_plan validates the intent and plans the device;
-nothing on the device changes) and takes each check's expectations from the
-plan, and the few role settings outside it (file paths, the probe, ports)
-from the intent (role defaults, then the inventory). Step 2 runs pytest with
-the checks that only read a device. So verify proves that a
-device runs what the roles intend for it; whether that intent is right for a
-board is what molecule's hand-written expectations prove on the twins.
+come from its plan, the object the roles apply. Step 1 runs verify_plan.yml
+(next to this file: the collection's preflight playbook, where edge_facts
+reads the board and the action edge_plan validates the intent and plans the
+device; nothing on the device changes) and takes each check's expectations
+from the plan, and the few role settings outside it (file paths, the probe,
+ports) from the intent (the collection's role defaults, then the inventory).
+Step 2 runs pytest with the checks, which only read a device. Both run as the
+operator's ansible-playbook would from the current directory: its ansible.cfg
+(edgetune.ansible_setup), its inventory, the collection where Ansible finds
+it; no checkout is needed. So verify proves that a device runs what the roles
+intend for it; whether that intent is right for a board is what molecule's
+hand-written expectations prove on the twins.
 
 Exit codes: 0 every check passed, 1 a check failed or a device could not be
 planned or reached, 2 usage or environment error.
 """
+import importlib.util
 import json
 import os
 import subprocess
@@ -26,13 +31,13 @@ from pathlib import Path
 
 import yaml
 
-from edgetune import CHECKOUT, outputs
+from edgetune import ansible_setup, checks, outputs
 from edgetune.errors import UsageError
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import ram_share
 
 PLAN_TASK = "Desired state for edgetune verify"
-TESTS = Path("molecule") / "shared" / "tests"
+PLAYBOOK = Path(__file__).resolve().parent / "verify_plan.yml"
 
 
 def tool(name):
@@ -41,33 +46,39 @@ def tool(name):
     return str(beside) if beside.exists() else name
 
 
-def ansible_env(project):
+def ansible_env(config):
+    """The environment of verify's ansible-playbook and pytest: the caller's, with the ansible.cfg
+    Ansible found from the current directory made explicit, and this environment's scripts first."""
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    return dict(os.environ, ANSIBLE_CONFIG=str(project / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-                ANSIBLE_FORCE_COLOR="0", PATH=path)
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PATH=path)
+    if config.path:
+        env["ANSIBLE_CONFIG"] = str(config.path)
+    return env
 
 
-def default_inventory(project):
-    """The inventory ansible.cfg names (inventory/twin in the checkout)."""
-    import configparser
-    config = configparser.ConfigParser()
-    config.read(str(project / "ansible.cfg"))
-    value = config.get("defaults", "inventory", fallback="inventory/twin").split(",")[0].strip()
-    return str((project / value).resolve())
+def require_pytest():
+    """pytest and testinfra run the checks: without them, one line (exit 2) before anything runs."""
+    missing = [name for name, module in (("pytest", "pytest"), ("pytest-testinfra", "testinfra"))
+               if importlib.util.find_spec(module) is None]
+    if missing:
+        raise UsageError("`edgetune verify` runs the device checks with %s, which %s not installed for %s: "
+                         "install them (pip install pytest-testinfra) beside edgetune"
+                         % (" and ".join(missing), "is" if len(missing) == 1 else "are", sys.executable))
 
 
-def run_plan(project, inventories, limit, extra_vars=()):
+def run_plan(config, inventories, limit, extra_vars=()):
     """{host: plan dict or {"error": message}}."""
-    argv = [tool("ansible-playbook"), str(Path(__file__).resolve().parent / "verify_plan.yml"),
-            "-e", "edgetune_project=%s" % project]
+    target, env_add = ansible_setup.collection_playbook(config, "preflight")
+    argv = [tool("ansible-playbook"), str(PLAYBOOK), "-e", "edgetune_preflight=%s" % target]
     for inventory in inventories:
         argv += ["-i", inventory]
     argv += ["-l", limit]
     for extra in extra_vars:
         argv += ["-e", extra]
-    env = dict(ansible_env(project), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", EDGETUNE_NO_SUMMARY="1")
+    env = dict(ansible_env(config), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", EDGETUNE_NO_SUMMARY="1",
+               **env_add)
     try:
-        done = subprocess.run(argv, cwd=str(project), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        done = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               universal_newlines=True, check=False)
     except FileNotFoundError:
         raise UsageError("ansible-playbook not found; run `make venv` and use .venv/bin/edgetune") from None
@@ -92,9 +103,10 @@ def run_plan(project, inventories, limit, extra_vars=()):
 
 
 # ---------------------------------------------------------------- expectations
-def role_defaults(project):
+def role_defaults(collection):
+    """The roles' defaults, merged, of the collection edgetune.fleet at this path."""
     merged = {}
-    for path in sorted((project / "roles").glob("*/defaults/main.yml")):
+    for path in sorted((Path(collection) / "roles").glob("*/defaults/main.yml")):
         merged.update(yaml.safe_load(path.read_text()) or {})
     return merged
 
@@ -179,24 +191,26 @@ def expectations(report, defaults):
 
 # ---------------------------------------------------------------- the command
 def cmd_verify(args):
-    # The checkout this package belongs to: the checks are its molecule/shared/tests, the plan its
-    # playbooks/preflight.yml under its ansible.cfg (the same collection). An installed edgetune has no checks.
-    if CHECKOUT is None:
-        raise UsageError("verify runs the device checks of an edgetune checkout (molecule/shared/tests), which "
-                         "an installed edgetune does not include: run it from a checkout of the collection")
-    project = CHECKOUT
-    inventories = args.inventory or [default_inventory(project)]
-    if len(inventories) > 1:
-        raise UsageError("give one inventory (-i) to verify; testinfra reads one")
-    inventory = str(Path(inventories[0]).resolve())
+    require_pytest()
+    config = ansible_setup.config_in_effect()
+    collection = ansible_setup.locate_collection()[0]
+    if collection is None:
+        raise UsageError("the collection edgetune.fleet is not installed where %s looks (%s): install it with "
+                         "`ansible-galaxy collection install`" % (config.describe(),
+                                                                  os.pathsep.join(config.collections_paths)))
+    inventories = args.inventory or config.inventories
+    if len(inventories) != 1:
+        raise UsageError("give one inventory (-i) to verify; testinfra reads one (%s names %s)"
+                         % (config.describe(), ", ".join(inventories) or "none"))
+    inventory = str(Path(inventories[0]).expanduser().resolve())
     # Before the plan playbook touches a device: the reports can be written.
     outputs.check(files=[("--junit", args.junit), ("--keep-plan", args.keep_plan)])
     started = time.time()
     say("planning %s: each device's plan from the inventory and the boards' facts (read-only)" % args.limit)
-    plans = run_plan(project, [inventory], args.limit, args.extra_vars or ())
+    plans = run_plan(config, [inventory], args.limit, args.extra_vars or ())
     if not plans:
         raise UsageError("no hosts matched %s in %s" % (args.limit, inventory))
-    defaults = role_defaults(project)
+    defaults = role_defaults(collection)
     derived = {}
     for host, plan in sorted(plans.items()):
         if plan is None or "error" in plan:
@@ -210,18 +224,22 @@ def cmd_verify(args):
         plan_file.write_text(json.dumps(derived, indent=1))
         if args.keep_plan:
             outputs.write_text(args.keep_plan, json.dumps(derived, indent=1), "--keep-plan")
-        argv = [sys.executable, "-m", "pytest", str(TESTS), "-m", "device", "-p", "no:cacheprovider",
-                "--hosts=ansible://%s" % args.limit, "--ansible-inventory=%s" % inventory, "-rfEs",
-                "-o", "junit_family=xunit2"]
+        # The checks as shipped, with their own fixtures (edgetune.checks.plugin) and no configuration
+        # or conftest.py of the working directory's (-c: none; the rootdir is the checks' own).
+        here = str(Path(checks.__file__).resolve().parent)
+        argv = [sys.executable, "-m", "pytest", *[str(path) for path in checks.paths()], "-c", os.devnull,
+                "--rootdir", here, "--confcutdir", here, "-p", "edgetune.checks.plugin", "-m", "device",
+                "-p", "no:cacheprovider", "--hosts=ansible://%s" % args.limit, "--ansible-inventory=%s" % inventory,
+                "-rfEs", "-o", "junit_family=xunit2"]
         if args.junit:
             argv += ["--junitxml", str(Path(args.junit).resolve())]
         if args.keyword:
             argv += ["-k", args.keyword]
         argv += ["-q"] if not args.verbose else ["-v"]
         # Not molecule's: verify may run inside a molecule run (the VM scenario's test of it).
-        env = {k: v for k, v in ansible_env(project).items() if not k.startswith("MOLECULE_")}
+        env = {k: v for k, v in ansible_env(config).items() if not k.startswith("MOLECULE_")}
         env.update(EDGETUNE_VERIFY_PLAN=str(plan_file), EDGETUNE_VERIFY_INVENTORY=inventory)
-        done = subprocess.run(argv, cwd=str(project), env=env, check=False)
+        done = subprocess.run(argv, env=env, check=False)
     say("verify of %s took %.0f s (plan %.0f s)" % (args.limit, time.time() - started, planned))
     if done.returncode in (0, 5) and any("error" in d for d in derived.values()):
         return 1
@@ -238,7 +256,8 @@ def add_parser(subparsers):
     p = subparsers.add_parser("verify", help="run the device checks of the twins' tests against devices "
                                              "(expected values from the inventory's intent and the boards' facts)")
     p.add_argument("-l", "--limit", required=True, help="the group or host to verify, e.g. orin-fleet")
-    p.add_argument("-i", "--inventory", action="append", help="the inventory (default: ansible.cfg's)")
+    p.add_argument("-i", "--inventory", action="append",
+                   help="the inventory (default: the one of the ansible.cfg Ansible finds from here)")
     p.add_argument("-e", "--extra-vars", action="append", help="extra variables for the plan, as for ansible-playbook")
     p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
     p.add_argument("-k", dest="keyword", help="only the checks matching this pytest -k expression")

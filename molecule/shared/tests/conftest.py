@@ -5,11 +5,14 @@ hardware (HARDWARE notes), not read from the roles' data, so a wrong role or
 profile fails them.
 
 The checks marked ``device`` only read a device; `edgetune verify` runs them
-against real devices through an Ansible inventory. There the expectations
-come from the inventory's intent and the board's facts as the roles compute
-them (tools/edgetune/verify.py writes them to $EDGETUNE_VERIFY_PLAN, one
-entry per host, in the shape of EXPECTED and the other tables here), so the
-same check code proves that a device runs what the roles intend for it.
+against real devices through an Ansible inventory. They live in the CLI's
+package, edgetune.checks (shipped with it), and the test modules here import
+them, so pytest collects the very same functions here. Their fixtures are
+edgetune.checks.plugin's (registered below), where the expectations come from
+each device's plan; the ones defined here and in the test modules (expected,
+sets, power, ...) take precedence and give the twins' hand-written ones, so
+the same check code proves on the twins that the roles are right for a board
+and, on a device, that it runs what the roles intend for it.
 """
 import json
 import os
@@ -19,8 +22,11 @@ import tempfile
 
 import pytest
 
-# Set by `edgetune verify`: the expectations derived for each device.
-VERIFY_PLAN = os.environ.get("EDGETUNE_VERIFY_PLAN")
+
+def pytest_configure(config):
+    # Not pytest_plugins: that is refused in a conftest below the rootdir (the checkout's).
+    config.pluginmanager.import_plugin("edgetune.checks.plugin")
+
 
 EXPECTED = {
     "orin-nx-16gb-r36": {"model": "NVIDIA Jetson Orin NX Engineering Reference Developer Kit",
@@ -60,45 +66,14 @@ def twin_board(host):
     return re.search(r"^EDGETUNE_TWIN_BOARD=(.+)$", environ, re.M).group(1)
 
 
-@pytest.fixture(scope="module")
-def plan(host):
-    """Under `edgetune verify`: this device's derived expectations; None under molecule."""
-    if not VERIFY_PLAN:
-        return None
-    with open(VERIFY_PLAN) as handle:
-        entry = json.load(handle).get(host.backend.host)
-    if entry is None or "error" in entry:
-        pytest.fail("%s has no plan: %s" % (host.backend.host, (entry or {}).get("error", "not planned")),
-                    pytrace=False)
-    return entry["expected"]
-
-
 def hand_written(request, table):
     """molecule: the twin board's entry of a hand-written table."""
     return table[request.getfixturevalue("twin_board")]
 
 
 @pytest.fixture(scope="module")
-def expected(request, plan):
-    return plan if plan is not None else hand_written(request, EXPECTED)
-
-
-def inventory_file():
-    """The inventory the checks run from (the one `edgetune verify` was given, else molecule's)."""
-    if VERIFY_PLAN:
-        return os.environ["EDGETUNE_VERIFY_INVENTORY"]
-    return os.environ["MOLECULE_INVENTORY_FILE"]
-
-
-def format_cpulist(cpus):
-    out, cpus, i = [], sorted(cpus), 0
-    while i < len(cpus):
-        j = i
-        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
-            j += 1
-        out.append(str(cpus[i]) if i == j else "%d-%d" % (cpus[i], cpus[j]))
-        i = j + 1
-    return ",".join(out)
+def expected(request):
+    return hand_written(request, EXPECTED)
 
 
 def run_site(host, *extra, env=None):

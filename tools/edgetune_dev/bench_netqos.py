@@ -12,7 +12,7 @@ is the same HTB tree with the classifier's filter removed, so every packet
 takes the default class. Prints P50/P99 per mode and their ratio.
 
 Run as root with the system Python (bcc, pyroute2), after tools/setup-netqos-host:
-    /usr/bin/python3 tools/edgetune/bench_netqos.py [--rate 20mbit] [--rounds 3] [--json]
+    /usr/bin/python3 tools/edgetune_dev/bench_netqos.py [--rate 20mbit] [--rounds 3] [--json]
 Traffic stays inside the namespaces this script makes and removes.
 """
 import argparse
@@ -23,8 +23,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bpf  # noqa: E402  (the loader, next to this file)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "edgetune"))
+import bpf  # noqa: E402  (the loader: tools/edgetune/bpf.py)
 
 A_ADDR, B_ADDR = "10.78.0.1", "10.78.0.2"
 INFER_PORT, BULK_PORT = 8000, 5001

@@ -12,7 +12,7 @@ The requests are sent by plugins/module_utils/edge_latency.py, the deploy gate's
 load generator. Both files use only the standard library and run on Python
 3.8, so the same code measures on a device with its system Python:
 
-    cat plugins/module_utils/edge_latency.py tools/edgetune/bench.py | python3 - latency --url http://127.0.0.1:8470
+    cat plugins/module_utils/edge_latency.py tools/edgetune_dev/bench.py | python3 - latency --url http://127.0.0.1:8470
 
 (tools/bench-runtime does that inside a twin). The PNG histogram needs
 matplotlib on the controller (requirements.txt). The numbers are printed before

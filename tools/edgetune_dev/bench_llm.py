@@ -17,7 +17,7 @@ import json
 import re
 from pathlib import Path
 
-from edgetune import bench
+from edgetune_dev import bench
 from edgetune.errors import UsageError
 
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm_bench

@@ -16,15 +16,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from edgetune import host_packages, kernel_headers
-from edgetune.twin import inotify
+from edgetune_dev import host_packages, kernel_headers
+from edgetune_dev.twin import inotify
 
 HERE = Path(__file__).resolve().parent
 BOARDS_DIR = HERE / "guest" / "boards"
 # Boards captured from real devices (`edgetune twin capture`), named captured/NAME.
 CAPTURED_DIR = Path(os.environ.get("EDGETUNE_CAPTURED_DIR") or HERE.parents[2] / ".cache" / "captured")
 CAPTURED = "captured/"
-LABEL = "io.edgetune.twin"
+LABEL = "io.edgetune_dev.twin"
 # Twins of the fleet `edgetune twin up` manages (the demo's, the inventory's);
 # twins created one by one (molecule's, a developer's) do not carry it.
 FLEET_LABEL = "io.edgetune.fleet"

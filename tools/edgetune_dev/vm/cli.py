@@ -4,7 +4,7 @@ import sys
 import time
 
 from edgetune import outputs
-from edgetune.vm import image, runner
+from edgetune_dev.vm import image, runner
 
 
 def say(message):

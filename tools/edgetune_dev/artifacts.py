@@ -8,7 +8,7 @@
     edgetune-llama-server-<version>-<distro>-<arch>.tar.gz   (one per twin distribution)
     edgetune-engine-smollm2-135m-instruct-q4_1-<version>.tar.gz   (the GGUF engine)
 
-The last two are the LLM runtime and engine (tools/edgetune/llm.py): llama.cpp's
+The last two are the LLM runtime and engine (tools/edgetune_dev/llm.py): llama.cpp's
 llama-server built from source in a container of each target distribution and
 cached by content hash, and the GGUF taken from a Python wheel.
 
@@ -213,7 +213,7 @@ def cmd_package(args):
             raise UsageError("no engine spec at %s" % args.engine_spec)
         results.append(package_engine(out, args.engine_spec, args.engine_version))
     if args.what in ("all", "llm"):
-        from edgetune import llm
+        from edgetune_dev import llm
         distros = [d.strip() for d in args.distro.split(",") if d.strip()] if args.distro else None
         results += llm.package_llm(out, args.arch or None, distros)
     if args.json:

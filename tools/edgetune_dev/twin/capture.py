@@ -13,7 +13,7 @@ What is written, into ``<captured>/<NAME>/`` (default captured directory:
 the checkout's ``.cache/captured``, or $EDGETUNE_CAPTURED_DIR):
 
 * ``boards/NAME.json``, ``bootfiles/``, ``nvpmodel_confs/``: the twin board in
-  the layout of tools/edgetune/twin/guest (``twin up --fleet captured/NAME``
+  the layout of tools/edgetune_dev/twin/guest (``twin up --fleet captured/NAME``
   copies them into the twin);
 * ``profile/NAME.yml``: a draft edge_facts board profile, with what detection
   cannot decide marked ``# TODO(person):``;
@@ -35,8 +35,8 @@ import sys
 from pathlib import Path
 
 from edgetune.errors import UsageError
-from edgetune.twin import device as devices
-from edgetune.twin import manager
+from edgetune_dev.twin import device as devices
+from edgetune_dev.twin import manager
 
 # The parsers edge_facts and the roles use on the device: the capture reads what they read.
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_pcie

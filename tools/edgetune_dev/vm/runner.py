@@ -19,9 +19,9 @@ from pathlib import Path
 
 import yaml
 
-from edgetune import host_packages
+from edgetune_dev import host_packages
 from edgetune.errors import UsageError
-from edgetune.vm import image
+from edgetune_dev.vm import image
 
 NAME = "vm-" + image.BOARD
 RUN = image.REPO / ".cache" / "vm" / "run"   # this checkout's VM, not the shared image cache

@@ -7,7 +7,7 @@ holder of its own lock. What is missing is looked at again under the locks, so
 a package another caller has just installed is not installed twice. A failure
 shows apt's own last lines.
 
-    python3 -m edgetune.host_packages PACKAGE...   # for shell scripts (tools/setup-netqos-host)
+    python3 -m edgetune_dev.host_packages PACKAGE...   # for shell scripts (tools/setup-netqos-host)
 """
 import contextlib
 import fcntl

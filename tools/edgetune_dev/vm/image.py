@@ -4,7 +4,7 @@ A raw disk with one msdos partition (ext4 without metadata_csum and 64bit, so
 syslinux reads it), a debootstrapped Debian with its distribution kernel,
 syslinux's extlinux as the bootloader reading /boot/extlinux/extlinux.conf in
 L4T's layout, SSH with a host key and a root key made here, and the board
-identity of the container twins (tools/edgetune/twin/guest) in VM mode.
+identity of the container twins (tools/edgetune_dev/twin/guest) in VM mode.
 Packages come only from the machine's own apt mirror (read at run time).
 """
 import hashlib
@@ -15,9 +15,9 @@ import struct
 import tempfile
 from pathlib import Path
 
-from edgetune import host_packages
+from edgetune_dev import host_packages
 from edgetune.errors import UsageError
-from edgetune.twin import manager
+from edgetune_dev.twin import manager
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]

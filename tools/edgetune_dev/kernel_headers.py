@@ -8,14 +8,14 @@ generic headers package is installed and linked in: build -> its -ARCH
 directory, source -> its -common sibling. The tc/BPF UAPI the classifier uses
 is stable, so older headers compile a program the newer kernel loads.
 
-    python3 -m edgetune.kernel_headers     # for shell scripts (tools/setup-netqos-host)
+    python3 -m edgetune_dev.kernel_headers     # for shell scripts (tools/setup-netqos-host)
 """
 import os
 import platform
 import sys
 from pathlib import Path
 
-from edgetune import host_packages
+from edgetune_dev import host_packages
 from edgetune.errors import UsageError
 
 MODULES_DIR = Path("/lib/modules")
