@@ -44,6 +44,8 @@ PLAYBOOK = """\
     - role: edgetune.fleet.edge_cpu
     - role: edgetune.fleet.edge_cgroups
     - role: edgetune.fleet.edge_power
+    # After the roles whose settings it re-applies at boot.
+    - role: edgetune.fleet.edge_boot
     - role: edgetune.fleet.edge_audit_timer
   tasks:
     - name: Read the NUMA layout
@@ -101,8 +103,11 @@ def consumer(tmp_path_factory):
     (home / "ansible.cfg").write_text(
         "[defaults]\ncollections_path = %s\ninventory = hosts.yml\nhost_key_checking = True\n"
         "interpreter_python = auto_silent\n\n[connection]\npipelining = True\n" % (base / "collections"))
+    # This consumer deploys no LLM runtime (an installed collection has no artifacts of its own: one
+    # that does points edge_runtime_artifacts_dir at its artifacts), so the plan of its boards has none.
     (home / "hosts.yml").write_text(yaml.safe_dump({"boards": {"hosts": {TWIN: {
-        "ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"}}}}))
+        "ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"}},
+        "vars": {"edge_runtime_enabled": False}}}))
     (home / "tune.yml").write_text(PLAYBOOK)
     return {"home": home, "env": env, "tarball": tarball, "installed": base / "collections"}
 
@@ -209,7 +214,7 @@ def test_installed_cli_plans_audits_and_verifies_the_converged_twin(consumer, tw
     code, out, err = cli("--version")
     assert code == 0 and "collection edgetune.fleet %s (MANIFEST.json of %s" % (VERSION, consumer["installed"]) in out
     code, out, err = cli("plan", "-l", TWIN)
-    assert code == 0, err[-3000:]
+    assert code == 0, out[-3000:] + err[-3000:]
     assert out.startswith("%s: Radxa ROCK 5B" % TWIN) or "%s: " % TWIN in out, out
     code, out, err = cli("audit", "-l", TWIN, "--json")
     assert code in (0, 1) and TWIN in out, err[-3000:]  # 1: what the consumer's playbook left out is a finding
