@@ -13,17 +13,20 @@ a refused run changes nothing. The documentation is plugins/modules/edge_plan.py
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.edgetune.fleet.plugins.action.edge_lease import this_run
-from ansible_collections.edgetune.fleet.plugins.action.edge_validate import ActionModule as ValidateAction, load_specs
+from ansible_collections.edgetune.fleet.plugins.action.edge_validate import (
+    ActionModule as ValidateAction, role_option_names)
 from ansible_collections.edgetune.fleet.plugins.lookup.collection_file import COLLECTION_ROOT
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_code, edge_plan
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_plan
 
 
 def code_digests(roles, root=COLLECTION_ROOT):
     """{role: sha1 of the role's own code}: its role files, the modules and plugins its tasks
     name and the module utilities they import (plugins/module_utils/edge_code.py), so that a
     new edgetune changes the recorded inputs of the roles whose code changed, and only those.
-    edge_boot and edge_audit_timer install the device programs' files the plan names. Once per process."""
-    return edge_code.cached_role_code_digests(roles, root, edge_plan.shipped_files())
+    edge_boot and edge_audit_timer install the device programs' files the plan names. Once per process,
+    and kept on disk while the collection's files are unchanged."""
+    digests = edge_plan.collection_code(root)["digests"]
+    return dict((role, digests[role]) for role in roles)
 
 
 class ActionModule(ValidateAction):
@@ -49,7 +52,7 @@ class ActionModule(ValidateAction):
         facts = self._templar.template((task_vars.get("ansible_facts") or {}).get("edge"))
         profile = self._templar.template(task_vars.get("edge_facts_profile"))
         try:
-            role_options = dict((role, list(options)) for role, options in load_specs()[0].items())
+            role_options = role_option_names()
             # An apply's first device execution read the records (ansible_facts.edge_applied): roles whose
             # last apply is current and holds are skipped; --tags full (or edge_converge_full) runs them all.
             applied = (task_vars.get("ansible_facts") or {}).get("edge_applied")

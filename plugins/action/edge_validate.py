@@ -10,6 +10,8 @@ documentation is plugins/modules/edge_validate.py.
 """
 import copy
 import functools
+import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -21,8 +23,9 @@ from ansible.plugins.action import ActionBase
 from ansible.template import trust_as_template
 from ansible.utils.display import Display
 
-from ansible_collections.edgetune.fleet.plugins.lookup.collection_file import COLLECTION_ROOT, collection_path
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_intent
+from ansible_collections.edgetune.fleet.plugins.lookup.collection_file import COLLECTION_ROOT
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_intent, edge_plan
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import cached_json, controller_cache_dir
 
 display = Display()
 
@@ -33,17 +36,39 @@ YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 def load_specs(root=COLLECTION_ROOT):
     """{role: main options} of every role's meta/argument_specs.yml, and the names the roles export
-    (read once per process; the caller gets its own copy)."""
-    specs, exports = _read_specs(root)
-    return copy.deepcopy(specs), list(exports)
+    (the caller gets its own copy)."""
+    data = _collection_data(root)
+    return copy.deepcopy(data["specs"]), list(data["exports"])
+
+
+def role_option_names(root=COLLECTION_ROOT):
+    """{role: the names of its main options}."""
+    return dict((role, list(options)) for role, options in _collection_data(root)["specs"].items())
+
+
+def tensorrt_table(root=COLLECTION_ROOT):
+    """Which TensorRT each L4T release ships (role edge_runtime's table)."""
+    return copy.deepcopy(_collection_data(root)["tensorrt_by_l4t"])
 
 
 @functools.lru_cache(maxsize=None)
-def _read_specs(root):
+def _collection_data(root):
+    """What the intent is checked against, read from the collection's YAML once per process and kept on
+    the controller's disk while the collection's files are unchanged (each host's check runs in a
+    worker process of its own; parsing the YAML took most of it)."""
+    cache = controller_cache_dir("specs")
+    entry = None
+    if cache:
+        key = json.dumps([edge_plan.collection_state(root), os.path.realpath(root)])
+        entry = os.path.join(cache, hashlib.sha1(key.encode()).hexdigest() + ".json")
+    return cached_json(entry, lambda: _read_collection_data(root))
+
+
+def _read_collection_data(root):
     specs, exports = {}, set()
     roles_dir = os.path.join(root, "roles")
     for role in sorted(os.listdir(roles_dir)):
-        path = collection_path(os.path.join("roles", role, "meta", "argument_specs.yml"), must_exist=False)
+        path = os.path.join(roles_dir, role, "meta", "argument_specs.yml")
         if not os.path.isfile(path):
             continue
         with open(path) as handle:
@@ -55,16 +80,12 @@ def _read_specs(root):
                 exports.update((yaml.load(handle, Loader=YAML_LOADER) or {}).get("exports") or {})
         # Every role publishes its drift checks as edge_<role>_audit.
         exports.add(role + "_audit")
-    return specs, sorted(e for e in exports if e.startswith("edge_"))
-
-
-def tensorrt_table():
-    path = collection_path("roles/edge_runtime/vars/main.yml", must_exist=False)
     try:
-        with open(path) as handle:
-            return (yaml.safe_load(handle) or {}).get("__edge_runtime_tensorrt_by_l4t") or []
+        with open(os.path.join(roles_dir, "edge_runtime", "vars", "main.yml")) as handle:
+            table = (yaml.load(handle, Loader=YAML_LOADER) or {}).get("__edge_runtime_tensorrt_by_l4t") or []
     except OSError:
-        return []
+        table = []
+    return {"specs": specs, "exports": sorted(e for e in exports if e.startswith("edge_")), "tensorrt_by_l4t": table}
 
 
 class ActionModule(ActionBase):
@@ -85,14 +106,22 @@ class ActionModule(ActionBase):
         """
         local = shutil.which("systemd-analyze")
         if local:
-            version = subprocess.run([local, "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, check=False).stdout.split("\n", 1)[0].split(" (")[0]
+            # A fleet's hosts share their calendars: each verdict is kept on the controller's disk for
+            # this systemd-analyze (a worker process per host would run it again for each).
+            def cached(argv, compute):
+                cache = controller_cache_dir("calendar")
+                info = os.stat(local)
+                key = json.dumps([os.path.realpath(local), info.st_size, info.st_mtime_ns, argv])
+                entry = os.path.join(cache, hashlib.sha1(key.encode()).hexdigest() + ".json") if cache else None
+                return cached_json(entry, lambda: compute(subprocess.run(
+                    [local] + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)))
+
+            version = cached(["--version"], lambda done: done.stdout.split("\n", 1)[0].split(" (")[0])
             self._calendar_where = "controller (%s)" % (version or "systemd-analyze")
 
             def check(value):
-                done = subprocess.run([local, "calendar", value], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, check=False)
-                return None if done.returncode == 0 else _last_line(done.stderr, done.stdout)
+                return cached(["calendar", value],
+                              lambda done: None if done.returncode == 0 else _last_line(done.stderr, done.stdout))
             return check
 
         def on_device(value):

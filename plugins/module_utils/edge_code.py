@@ -29,7 +29,6 @@ Nothing here runs on the device; the standard library only.
 """
 
 import ast
-import functools
 import hashlib
 import json
 import os
@@ -209,11 +208,6 @@ def role_code_digests(roles, root, shipped=None):
                 for role in roles)
 
 
-@functools.lru_cache(maxsize=None)
-def _cached(roles, root, shipped):
-    return role_code_digests(roles, root, dict((role, list(paths)) for role, paths in shipped))
-
-
 def tree_state(root, subdirs=("roles", "plugins")):
     """sha1 of the name, size and modification time of every file under ``subdirs``: what the code
     digests depend on, read with stat alone (milliseconds, where parsing the code takes a second)."""
@@ -225,16 +219,25 @@ def tree_state(root, subdirs=("roles", "plugins")):
     return digest.hexdigest()
 
 
-def cached_role_code_digests(roles, root, shipped=None, cache_dir=None):
-    """role_code_digests, computed once per process for the same roles, root and shipped files, and
-    kept on the controller's disk by the state of the collection's files (tree_state): the planner
-    runs once per host, each in a worker process of its own, and the code does not change within a
-    run. A cache that cannot be read or written only costs the computation again."""
-    shipped = tuple(sorted((role, tuple(paths)) for role, paths in (shipped or {}).items()))
-    roles = tuple(sorted(roles))
+def code_facts(roles, root, programs, installed_by):
+    """The device programs' files and the roles' code digests, in one computation: ``programs``:
+    {name: entry files}, each with what it imports (imported_closure); ``installed_by``: {name: the
+    role that installs that program}, so that its files count as the role's code."""
+    files = dict((name, imported_closure(entries, root)) for name, entries in programs.items())
+    shipped = dict((installed_by[name], found) for name, found in files.items())
+    return {"programs": files, "digests": role_code_digests(roles, root, shipped)}
+
+
+def cached_code_facts(roles, root, programs, installed_by, cache_dir=None, state=None):
+    """code_facts, kept on the controller's disk by the state of the collection's files (tree_state):
+    the planner runs once per host, each in a worker process of its own, and parsing the code takes
+    about a second where the stat of its files takes milliseconds. A cache that cannot be read or
+    written only costs the computation again. ``state``: tree_state(root), where the caller has it."""
     cache_dir = controller_cache_dir("code") if cache_dir is None else cache_dir
     entry = None
     if cache_dir:
-        key = hashlib.sha1(json.dumps([tree_state(root), os.path.realpath(root), roles, shipped]).encode())
+        key = hashlib.sha1(json.dumps(["code_facts", state or tree_state(root), os.path.realpath(root), sorted(roles),
+                                       sorted((k, list(v)) for k, v in programs.items()),
+                                       sorted(installed_by.items())]).encode())
         entry = os.path.join(cache_dir, key.hexdigest() + ".json")
-    return cached_json(entry, lambda: dict(_cached(roles, root, shipped)))
+    return cached_json(entry, lambda: code_facts(roles, root, programs, installed_by))

@@ -345,28 +345,44 @@ DEVICE_PROGRAMS = {
     "boot": tuple("plugins/module_utils/%s.py" % name for name in ("edge_boot",) + tuple(edge_boot.UTILS.values())),
     "audit": ("plugins/modules/edge_audit.py",),
 }
+# The role that installs each program.
+PROGRAM_ROLES = {"boot": "edge_boot", "audit": "edge_audit_timer"}
 PACKAGE_DIR = "/".join(edge_boot.PACKAGE.split("."))  # ansible_collections/edgetune/fleet/plugins/module_utils
 
 
 @functools.lru_cache(maxsize=None)
+def collection_state(root=COLLECTION):
+    """The state of the collection's files (name, size, time of each: edge_code.tree_state), once per
+    process: the key of what the controller computes once for many devices and keeps on disk."""
+    return edge_code.tree_state(root)
+
+
+@functools.lru_cache(maxsize=None)
+def collection_code(root=COLLECTION):
+    """{"programs": {program: its files}, "digests": {role: the digest of its own code}} of the
+    collection at ``root`` (plugins/module_utils/edge_code.py): once per process, and kept on the
+    controller's disk while the collection's files are unchanged."""
+    return edge_code.cached_code_facts(sorted(RECORDED_ROLES), root, DEVICE_PROGRAMS, PROGRAM_ROLES,
+                                       state=collection_state(root))
+
+
 def program_files(program, root=COLLECTION):
     """The files of a device program ({src: the collection file, dest: where below the install
     directory}): its entries at the top (modules) or in the package layout (module utilities), and
     what they import."""
     files = []
-    for src in edge_code.imported_closure(DEVICE_PROGRAMS[program], root):
+    for src in collection_code(root)["programs"][program]:
         if src.startswith("plugins/module_utils/"):
             files.append({"src": src, "dest": "%s/%s" % (PACKAGE_DIR, os.path.basename(src))})
         else:
             files.append({"src": src, "dest": os.path.basename(src)})
-    return tuple(files)
+    return files
 
 
-def shipped_files():
+def shipped_files(root=COLLECTION):
     """{role: the collection files it installs on the device} for the roles that install a device
     program, so that the program's code counts as the role's own (plugins/module_utils/edge_code.py)."""
-    return {"edge_boot": [f["src"] for f in program_files("boot")],
-            "edge_audit_timer": [f["src"] for f in program_files("audit")]}
+    return dict((PROGRAM_ROLES[name], list(found)) for name, found in collection_code(root)["programs"].items())
 
 
 def boot_part():
@@ -377,7 +393,7 @@ def boot_part():
         "state_files": dict((kind, edge_boot.state_path(kind)) for kind in edge_boot.UTILS),
         "unit": edge_boot.UNIT,
         "module": edge_boot.PACKAGE + ".edge_boot",
-        "program_files": [dict(f) for f in program_files("boot")],
+        "program_files": program_files("boot"),
     }
 
 
@@ -424,7 +440,7 @@ def audit_part(intent, plan, role_options, code=None):
                 "code": (code or {}).get(role),
             },
         }
-    return {"record_dir": RECORD_DIR, "roles": roles, "program_files": [dict(f) for f in program_files("audit")]}
+    return {"record_dir": RECORD_DIR, "roles": roles, "program_files": program_files("audit")}
 
 
 def _recorded(role, intent):

@@ -150,27 +150,36 @@ def test_a_module_that_does_not_parse_still_counts(fake):
     assert changed(fake, "plugins/modules/mod_a.py", "def (:\n") == ["role_a"]
 
 
-def test_computed_once_per_process(fake, tmp_path):
-    first = edge_code.cached_role_code_digests(ROLES, str(fake), cache_dir="")
-    (fake / "plugins/module_utils/util_a.py").write_text("A = 2\n")
-    assert edge_code.cached_role_code_digests(ROLES, str(fake), cache_dir="") == first
-    assert edge_code.role_code_digests(ROLES, str(fake)) != first
+PROGRAMS = {"prog": ["plugins/modules/mod_a.py"]}
+INSTALLED_BY = {"prog": "role_b"}
+
+
+def test_code_facts_are_the_programs_and_the_digests_with_what_each_role_installs(fake):
+    facts = edge_code.code_facts(ROLES, str(fake), PROGRAMS, INSTALLED_BY)
+    assert facts["programs"]["prog"] == edge_code.imported_closure(PROGRAMS["prog"], str(fake))
+    assert facts["digests"] == edge_code.role_code_digests(ROLES, str(fake), {"role_b": facts["programs"]["prog"]})
 
 
 def test_kept_on_disk_by_the_state_of_the_files(fake, tmp_path, monkeypatch):
-    """Each host's planner runs in a worker process of its own: the digests are kept on the
-    controller's disk, found again while no file of roles/ or plugins/ changed, computed anew after."""
+    """Each host's planner runs in a worker process of its own: the programs and digests are kept on
+    the controller's disk, found again while no file of roles/ or plugins/ changed, computed anew after."""
     cache = tmp_path / "cache"
-    first = edge_code.cached_role_code_digests(ROLES, str(fake), cache_dir=str(cache))
+    first = edge_code.cached_code_facts(ROLES, str(fake), PROGRAMS, INSTALLED_BY, cache_dir=str(cache))
     assert len(list(cache.iterdir())) == 1
 
     def computed(*_args):
         raise AssertionError("computed again")
-    monkeypatch.setattr(edge_code, "_cached", computed)
-    assert edge_code.cached_role_code_digests(ROLES, str(fake), cache_dir=str(cache)) == first
+    monkeypatch.setattr(edge_code, "code_facts", computed)
+    assert edge_code.cached_code_facts(ROLES, str(fake), PROGRAMS, INSTALLED_BY, cache_dir=str(cache)) == first
     (fake / "roles/role_b/templates/b.conf.j2").write_text("value=2\n")
     with pytest.raises(AssertionError, match="computed again"):
-        edge_code.cached_role_code_digests(ROLES, str(fake), cache_dir=str(cache))
+        edge_code.cached_code_facts(ROLES, str(fake), PROGRAMS, INSTALLED_BY, cache_dir=str(cache))
+    with pytest.raises(AssertionError, match="computed again"):  # no cache directory: no cache
+        edge_code.cached_code_facts(ROLES, str(fake), PROGRAMS, INSTALLED_BY, cache_dir="")
+
+
+def test_the_planner_reads_the_collection_code_once_per_process():
+    assert edge_plan.collection_code() is edge_plan.collection_code()
 
 
 def _task_modules(tasks):
