@@ -59,6 +59,9 @@ class ActionModule(ActionBase):
         args = dict(self._task.args)
         controller = dict((key, args.pop(key)) for key in CONTROLLER_ARGS if key in args)
         result.update(self._read(args, task_vars))
+        took_over = (result.get("lease") or {}).get("took_over")
+        if took_over is not None:
+            result.setdefault("warnings", []).append("Took over the apply lease: %s" % took_over)
         if result.get("failed") or controller.get("profiles_dirs") is None:
             return result
         facts = (result.get("ansible_facts") or {}).get("edge")

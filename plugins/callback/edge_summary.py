@@ -72,6 +72,14 @@ def is_gate(result):
     return result._task.action.split(".")[-1] == "edge_runtime_gate"
 
 
+# The audit's states that are findings (ok and unsupported are not).
+FINDINGS = ("drifted", "pending-reboot", "error")
+
+
+def is_audit(result):
+    return result._task.action.split(".")[-1] == "edge_audit" and isinstance(result._result.get("summary"), dict)
+
+
 def host_line(name, entry):
     """One short line: host, state, board, release, the recap's counts and the gate's result; the
     changed tasks' names and the gate's numbers are for -v and the JSON lines file."""
@@ -116,6 +124,8 @@ class CallbackModule(CallbackBase):
         if is_gate(result):
             entry["gate"] = gate_line(result._result) or entry["gate"]
             entry["gate_result"] = "passed"
+        if is_audit(result) and any(result._result["summary"].get(state) for state in FINDINGS):
+            entry["findings"] = result._result.get("msg")
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
         entry = self.host(result)
@@ -144,6 +154,8 @@ class CallbackModule(CallbackBase):
             if entry["board"] == "?" and entry["state"] == "ok":
                 continue  # not a device (e.g. localhost in molecule's create step)
             self._display.display(host_line(name, entry))
+            if entry.get("findings"):  # an audit's: the reason to run it, so always shown
+                self._display.display("    audit: %s" % entry["findings"])
             if verbose:
                 for task in entry["changed"]:
                     self._display.display("    changed: %s" % task)

@@ -100,6 +100,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+msg:
+  description: What the audit found, on one line (the fleet summary shows it for each device with findings).
+  returned: always
+  type: str
+  sample: "drifted: edgetune-probe unit, cpufreq policy0 governor; 41 ok, 1 unsupported"
 results:
   description: One entry per check, in the order of O(checks).
   returned: always
@@ -219,6 +224,15 @@ def evaluate(params):
     return results, summary
 
 
+def findings_line(results):
+    """What the audit found, on one line: the settings by state (ok and unsupported counted)."""
+    found = ["%s: %s" % (state, ", ".join(r["setting"] for r in results if r["state"] == state))
+             for state in STATES if state not in ("ok", "unsupported") and any(r["state"] == state for r in results)]
+    counted = "%d ok, %d unsupported" % (sum(1 for r in results if r["state"] == "ok"),
+                                         sum(1 for r in results if r["state"] == "unsupported"))
+    return "; ".join(found + [counted])
+
+
 def main():
     from ansible.module_utils.basic import AnsibleModule
     module = AnsibleModule(
@@ -239,7 +253,7 @@ def main():
                          backup=False, mode=0o644)
         except OSError as exc:
             module.fail_json(msg="cannot write %s: %s" % (module.params["prometheus_file"], exc))
-    module.exit_json(changed=False, results=results, summary=summary)
+    module.exit_json(changed=False, results=results, summary=summary, msg=findings_line(results))
 
 
 if __name__ == "__main__":

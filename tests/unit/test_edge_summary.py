@@ -146,3 +146,39 @@ def test_the_host_line_gives_the_gate_result_and_stays_short():
     assert edge_summary.host_line("x", dict(entry, gate_result="passed")).endswith("gate passed")
     assert edge_summary.host_line("x", dict(entry, gate_result=None)).endswith("skipped=321")
     assert "task" not in line and "first token" not in line
+
+
+# A device audited (edge_audit on a root of the test's own): one file as recorded, one changed.
+AUDIT_PLAYBOOK = """
+- name: An audited device
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Be a device
+      ansible.builtin.set_fact:
+        edge: {l4t: {version: "36.4.3"}}
+        edge_facts_profile: {title: NVIDIA Jetson Orin NX 16GB}
+    - name: Audit the managed settings
+      edgetune.fleet.edge_audit:
+        root: "{{ root }}"
+        checks:
+          - {setting: slice unit, role: edge_cgroups, kind: file, path: /etc/a, sha1: "%s"}
+          - {setting: probe unit, role: edge_cgroups, kind: file, path: /etc/b, sha1: "%s"}
+          - {setting: htb, role: edge_netqos, kind: unsupported, reason: no HTB}
+"""
+
+
+def test_an_audit_names_the_device_findings_in_the_summary(tmp_path):
+    import hashlib
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/a").write_text("a\n")
+    (root / "etc/b").write_text("changed by hand\n")
+    text = AUDIT_PLAYBOOK % (hashlib.sha1(b"a\n").hexdigest(), hashlib.sha1(b"b\n").hexdigest())
+    quiet = summary_lines(run(tmp_path, "-e", "root=%s" % root, playbook_text=text).stdout)
+    assert [line.strip() for line in quiet if line.strip().startswith("audit:")] == [
+        "audit: drifted: probe unit; 1 ok, 1 unsupported"]
+    (root / "etc/b").write_text("b\n")
+    quiet = summary_lines(run(tmp_path, "-e", "root=%s" % root, playbook_text=text).stdout)
+    assert not [line for line in quiet if "audit:" in line]  # a clean device: its line only
