@@ -73,6 +73,10 @@ Check kinds:
              (policy, priority, cpus).
 ``unsupported``  the role found the feature missing; Keys: reason.
 
+The keys of each kind, with their types, are declared once in CHECK_SCHEMA (below): edge_record
+refuses to write a check outside it, and evaluate() reports a check that lacks a key or has one
+of the wrong type as an error.
+
 The checks come from the records the last apply left on the device (one
 JSON file per role in the record directory, written by the playbooks: the
 role's checks, rendered by the role as it applied them, and its ``inputs``,
@@ -460,8 +464,10 @@ def _shown_allowed(allowed):
     return " or ".join("null" if a is type(None) else a.__name__ for a in allowed)
 
 
-def check_problems(check):
-    """What is wrong with one check against CHECK_SCHEMA, in words; [] for a well-formed check."""
+def check_problems(check, strict=True):
+    """What is wrong with one check against CHECK_SCHEMA, in words; [] for a well-formed check.
+    ``strict`` False (reading a record an older edgetune may have written): keys the schema does
+    not know are left alone."""
     if not isinstance(check, dict):
         return ["a check is a mapping, not %s" % type(check).__name__]
     kind = check.get("kind")
@@ -473,7 +479,8 @@ def check_problems(check):
     for key, value in sorted(check.items()):
         allowed = required.get(key, optional.get(key))
         if allowed is None:
-            problems.append("unknown key %s for kind %s" % (key, kind))
+            if strict:
+                problems.append("unknown key %s for kind %s" % (key, kind))
         elif not _allowed(value, allowed):
             problems.append("%s is %r, not %s" % (key, value, _shown_allowed(allowed)))
     return problems
@@ -508,7 +515,7 @@ CHECKERS = {"cmdline": check_cmdline, "value": check_value, "file": check_file, 
 
 def evaluate(check, root="/"):
     """One check -> a result dict (setting, role, state, detail, desired, persisted, running)."""
-    problems = check_problems(check)
+    problems = check_problems(check, strict=False)
     if problems:
         known = check if isinstance(check, dict) else {}
         return {"setting": str(known.get("setting") or "malformed check"), "role": str(known.get("role") or ""),

@@ -64,12 +64,21 @@ def test_a_malformed_check_is_named(check, problem):
 
 
 def test_the_audit_reports_a_malformed_check_as_an_error_not_a_traceback(tmp_path):
-    results, summary = edge_audit.audit([dict(FILE, shasum="x"), {"kind": "value"}, ["not", "a", "check"]],
+    results, summary = edge_audit.audit([dict(FILE, sha1=None), {"kind": "value"}, ["not", "a", "check"]],
                                         str(tmp_path))
     assert [r["state"] for r in results] == ["error"] * 3
-    assert results[0]["setting"] == "unit" and "unknown key shasum" in results[0]["detail"]
+    assert results[0]["setting"] == "unit" and "sha1 is None, not str" in results[0]["detail"]
     assert "no setting" in results[1]["detail"] and "no path" in results[1]["detail"]
     assert summary["error"] == 3
+
+
+def test_a_key_an_older_record_has_is_tolerated_when_the_audit_reads_it(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/x").write_text("x\n")
+    older = dict(FILE, path="/etc/x", sha1=hashlib.sha1(b"x\n").hexdigest(), shasum="from an older edgetune")
+    assert edge_audit.check_problems(older) == ["unknown key shasum for kind file"]
+    assert edge_audit.check_problems(older, strict=False) == []
+    assert edge_audit.evaluate(older, str(tmp_path))["state"] == "ok"
 
 
 def test_validate_checks_names_the_origin_and_the_check():
