@@ -123,8 +123,8 @@ def bootargs_part(intent, facts, profile, cpu):
         return {"enabled": False, "args": []}
     args = []
     isolated = cpu["inference_list"]
+    flags = list(intent.get("edge_bootargs_isolcpus_flags") or [])
     if isolated:
-        flags = list(intent.get("edge_bootargs_isolcpus_flags") or [])
         args.append("isolcpus=" + ",".join(flags + [isolated]))
         if cpu["nohz_full_list"]:
             args.append("nohz_full=" + cpu["nohz_full_list"])
@@ -146,6 +146,10 @@ def bootargs_part(intent, facts, profile, cpu):
         "args": args,
         "absent": list(intent.get("edge_bootargs_absent") or []),
         "cgroup_v2": cgroup_v2 is True,
+        # What the kernel will list in /sys/devices/system/cpu/isolated once booted with these
+        # arguments: the isolcpus CPUs for the domain flag, which is also the default (no flags,
+        # or flags without nohz and managed_irq).
+        "kernel_isolated": isolated if ("domain" in flags or not {"nohz", "managed_irq"} & set(flags)) else "",
     }
 
 

@@ -381,3 +381,17 @@ def test_autotune_is_refused_before_any_change_where_there_are_no_inference_cpus
         assert found and "there are no inference CPUs to tune" in found[0]["message"], checked["problems"]
     assert not [p for p in intent.validate(dict(values), SPECS, facts=facts, profile=profile)["problems"]
                 if p["variable"].startswith("edge_runtime_autotune")]
+
+
+@pytest.mark.parametrize("flags, listed", [
+    ([], True), (["domain"], True), (["managed_irq", "domain"], True), (["nohz", "managed_irq"], False),
+    (["managed_irq"], False)])
+def test_the_plan_says_what_the_kernel_will_list_as_isolated(flags, listed):
+    """The kernel lists the isolcpus CPUs in /sys/devices/system/cpu/isolated for the domain flag (also the
+    default): what `edgetune verify` expects there, from the plan."""
+    facts, profile = board("orin-nx")
+    checked = intent.validate({"edge_bootargs_isolcpus_flags": flags}, SPECS, facts=facts, profile=profile)
+    assert not checked["problems"], checked["problems"]
+    plan = edge_plan.build(checked["intent"], facts, profile, checked["partition"], checked["slice"])
+    assert plan["bootargs"]["kernel_isolated"] == (plan["cpu"]["inference_list"] if listed else "")
+    assert plan["cpu"]["inference_list"]

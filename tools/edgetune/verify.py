@@ -147,9 +147,6 @@ def expectations(report, defaults):
     intent.update(report.get("intent") or {})
     facts, profile, plan = report["facts"], report["profile"] or {}, report["plan"]
     cpu, boot, power, piece, runtime = (plan[k] for k in ("cpu", "bootargs", "power", "slice", "runtime"))
-    flags = intent.get("edge_bootargs_isolcpus_flags") or []
-    # The kernel lists isolcpus CPUs in /sys/devices/system/cpu/isolated for the domain flag (or none).
-    isolated = cpu["inference_list"] if ("domain" in flags or not {"nohz", "managed_irq"} & set(flags)) else ""
     quota = piece.get("cpu_quota") or ""
     interfaces = [i["name"] if isinstance(i, dict) else i for i in intent.get("edge_netqos_interfaces") or []]
     clusters = facts["cpu"]["clusters"]
@@ -157,7 +154,7 @@ def expectations(report, defaults):
         "bootloader": boot.get("path") or facts["bootloader"]["path"],
         "bootloader_name": boot.get("bootloader") or facts["bootloader"]["name"],
         "bootargs": boot["args"] if boot["enabled"] else None,
-        "isolated": isolated if boot["enabled"] else None,
+        "isolated": boot["kernel_isolated"] if boot["enabled"] else None,
         "clusters": ["%d-%d" % (c["cpus"][0], c["cpus"][-1]) for c in clusters],
         "model": facts.get("model"), "profile": profile.get("title"),
         "sets": {"inference": cpu["inference"], "housekeeping": cpu["housekeeping"]},
