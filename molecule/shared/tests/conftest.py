@@ -50,13 +50,19 @@ EXPECTED = {
 def pytest_collection_modifyitems(config, items):
     """Checks of board-independent logic (upgrades, rollbacks, refusals) cost minutes
     each: one scenario runs them (EDGETUNE_FULL_VERIFY=1, see orin-nx-r36), the
-    others skip them, so `make test` stays within CI's time."""
-    if os.environ.get("EDGETUNE_FULL_VERIFY") == "1":
-        return
-    skip = pytest.mark.skip(reason="board-independent; runs in the scenario with EDGETUNE_FULL_VERIFY=1")
-    for item in items:
-        if "one_board" in item.keywords:
-            item.add_marker(skip)
+    others skip them, so `make test` stays within CI's time. Checks that differ by
+    board family only (marker one_per_family: the drift of every role, whose settings
+    a Jetson and an RK3588 name differently) run once per family: a scenario of a
+    family another scenario covers sets EDGETUNE_FAMILY_COVERED=1 (agx-orin-r35)."""
+    skips = []
+    if os.environ.get("EDGETUNE_FULL_VERIFY") != "1":
+        skips.append(("one_board", "board-independent; runs in the scenario with EDGETUNE_FULL_VERIFY=1"))
+    if os.environ.get("EDGETUNE_FAMILY_COVERED") == "1":
+        skips.append(("one_per_family", "the same board family's other scenario runs it (EDGETUNE_FAMILY_COVERED)"))
+    for marker, reason in skips:
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="module")

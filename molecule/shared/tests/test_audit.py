@@ -5,6 +5,8 @@ import re
 import socket
 import subprocess
 
+import pytest
+
 from conftest import recap, run_site, run_site_with_summary, same_but_argument_order
 
 
@@ -151,6 +153,7 @@ def drift_every_kind(host, expected, found):
     return drifts
 
 
+@pytest.mark.one_per_family
 def test_every_kind_of_drift_is_reported_by_the_audit_and_check_mode_and_one_site_run_repairs_it(host, expected):
     """One setting of every kind changed by hand at once: the audit names each (and nothing
     else outside their roles), check mode reports the task that puts each back and writes
@@ -197,6 +200,7 @@ def test_every_kind_of_drift_is_reported_by_the_audit_and_check_mode_and_one_sit
     assert recap(rerun.stdout, name)["changed"] == 0, rerun.stdout[-3000:]
 
 
+@pytest.mark.one_per_family
 def test_pending_reboot_is_not_drift(host):
     # Only the boot arguments change here: the runs are limited to them.
     bootargs_only = ("--tags", "edge_facts,edge_bootargs")
