@@ -51,12 +51,15 @@ def v2_only(slice_part):
 
 
 def v2_only_reason(slice_part, mode, planned_args, cmdline):
-    """Why the v2-only settings are not enforced in this cgroup ``mode``, and what enforces them."""
-    if UNIFIED_ARG in (cmdline or "").split():
+    """Why the v2-only settings are not enforced in this cgroup ``mode``, and what enforces them. The
+    same words before and after the apply's own reboot (they are recorded: a reboot must not change
+    the record); whether the boot argument still waits for its reboot is its own check's."""
+    if UNIFIED_ARG in (planned_args or []):
+        fix = ("role edge_bootargs adds %s: booted with it, systemd mounts the unified hierarchy (a container "
+               "shares its host's and stays %s)" % (UNIFIED_ARG, mode))
+    elif UNIFIED_ARG in (cmdline or "").split():
         fix = ("the kernel was booted with %s, but systemd still mounts the %s hierarchy (a container shares "
                "its host's)" % (UNIFIED_ARG, mode))
-    elif UNIFIED_ARG in (planned_args or []):
-        fix = "role edge_bootargs already adds %s (pending the reboot)" % UNIFIED_ARG
     else:
         fix = "set edge_bootargs_cgroup_v2: true (adds %s)" % UNIFIED_ARG
     return ("cgroup mode is %s: systemd enforces CPUWeight, CPUQuota, MemoryMax and IOWeight of %s here, but %s and "
