@@ -53,6 +53,8 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 RT_RUNTIME = "/proc/sys/kernel/sched_rt_runtime_us"
 PREFIX = "edgetune-bench-"
 QUIET, UNTUNED = "quiet", "noisy untuned"
+# The server as started without edgetune at all: llama.cpp picks its own thread count, any CPU.
+UNTUNED_STOCK = "noisy untuned, llama.cpp's threads"
 NOISE_KINDS = {"cpu": "CPU: one busy worker per CPU the kernel runs (nice 0)",
                "cpu+mem": "CPU + memory bandwidth: the same, plus 4 workers copying 256 MB continuously"}
 MEM_WORKERS, MEM_BYTES = 4, 256 << 20
@@ -351,7 +353,9 @@ def free_port():
 def server_argv(server, model, settings, ncpus, backend):
     """llama-server's command line for a candidate: the role's settings (one slot, its context) and
     the candidate's threads, batch threads and polling."""
-    argv = [server, "--model", model, "--threads", str(resolve_threads(settings["threads"], ncpus))]
+    argv = [server, "--model", model]
+    if settings["threads"] is not None:  # None: llama.cpp's own default (the untuned stock server)
+        argv += ["--threads", str(resolve_threads(settings["threads"], ncpus))]
     if settings.get("threads_batch") is not None:
         argv += ["--threads-batch", str(resolve_threads(settings["threads_batch"], ncpus))]
     if settings.get("poll") is not None:
@@ -382,6 +386,7 @@ class Bench:
             raise BenchError("no housekeeping CPU is left beside the inference CPUs %s" % format_cpulist(self.infer))
         self.candidates = [parse_candidate(text) for text in (options.candidate or DEFAULT_CANDIDATES)]
         self.default = self.candidates[0]
+        self.stock = dict(self.default, name="llama.cpp defaults", threads=None, threads_batch=None, poll=None)
         self.cgroups = None
         self.rt_saved = _read(RT_RUNTIME)
         self.logdir = tempfile.mkdtemp(prefix="edgetune-bench-logs-")
@@ -534,6 +539,8 @@ class Bench:
                 for kind in self.o.noise:
                     self.say("round %d: %s noise, untuned" % (round_index, kind))
                     stages.append(self.stage(UNTUNED, kind, self.default, False, per_stage, round_index))
+                    self.say("round %d: %s noise, untuned with llama.cpp's thread count" % (round_index, kind))
+                    stages.append(self.stage(UNTUNED_STOCK, kind, self.stock, False, per_stage, round_index))
                     order = list(self.candidates)
                     random.Random(round_index).shuffle(order)
                     for candidate in order:
@@ -582,7 +589,7 @@ def report(stages, candidates, options, host):
     quiet = merged(QUIET, None)
     noises = {}
     for kind in options.noise:
-        rows = {UNTUNED: merged(UNTUNED, kind)}
+        rows = {UNTUNED: merged(UNTUNED, kind), UNTUNED_STOCK: merged(UNTUNED_STOCK, kind)}
         rows.update((c["name"], merged(c["name"], kind)) for c in candidates)
         ranked = sorted((c["name"] for c in candidates),
                         key=lambda n: (rows[n]["inter_token"]["p99_ms"], rows[n]["ttft"]["p99_ms"]))
@@ -594,6 +601,8 @@ def report(stages, candidates, options, host):
             "default_vs_best": _ratio(tuned_p99, rows[best]["inter_token"]["p99_ms"]),
             "noisy_tuned_vs_quiet": _ratio(tuned_p99, quiet["inter_token"]["p99_ms"]),
             "noisy_untuned_vs_noisy_tuned": _ratio(rows[UNTUNED]["inter_token"]["p99_ms"], tuned_p99),
+            "noisy_untuned_stock_vs_noisy_tuned": _ratio(
+                rows[UNTUNED_STOCK]["inter_token"]["p99_ms"] if rows[UNTUNED_STOCK] else None, tuned_p99),
             "ttft_noisy_tuned_vs_quiet": _ratio(rows[default]["ttft"]["p99_ms"], quiet["ttft"]["p99_ms"]),
             "ttft_noisy_untuned_vs_noisy_tuned": _ratio(rows[UNTUNED]["ttft"]["p99_ms"],
                                                         rows[default]["ttft"]["p99_ms"]),
@@ -630,6 +639,8 @@ def table(result):
             "%s %s" % (k, v) for k, v in throughput[0].items())) if throughput else ""), head + "  (ms)"]
         lines.append(row("quiet, %s" % block["default"], result["quiet"]))
         lines.append(row("noisy untuned (any CPU, SCHED_OTHER)", block["rows"][UNTUNED]))
+        if block["rows"].get(UNTUNED_STOCK):
+            lines.append(row(UNTUNED_STOCK, block["rows"][UNTUNED_STOCK]))
         for name in block["ranking"]:
             mark = " *" if name == block["best"] else ""
             lines.append(row("noisy %s%s" % (name, mark), block["rows"][name]))
@@ -637,6 +648,9 @@ def table(result):
                      "default %s is %sx the best (%s)" % (
                          block["noisy_tuned_vs_quiet"], block["noisy_untuned_vs_noisy_tuned"], block["default"],
                          block["default_vs_best"], block["best"]))
+        if block.get("noisy_untuned_stock_vs_noisy_tuned"):
+            lines.append("inter-token P99: noisy untuned with llama.cpp's threads / noisy tuned %sx"
+                         % block["noisy_untuned_stock_vs_noisy_tuned"])
         lines.append("TTFT P99: noisy tuned / quiet %sx, noisy untuned / noisy tuned %sx" % (
             block["ttft_noisy_tuned_vs_quiet"], block["ttft_noisy_untuned_vs_noisy_tuned"]))
     lines.append("")
@@ -647,6 +661,11 @@ def table(result):
         lines.append("  %-34s %s; %d threads, %s on CPUs %s" % (
             candidate["name"], s["placement"], s["threads_seen"]["count"], "/".join(s["threads_seen"]["policies"]),
             "/".join(s["threads_seen"]["cpus"])))
+    stock = first["rows"].get(UNTUNED_STOCK)
+    if stock:
+        lines.append("  %-34s %s; %d threads in all, %s" % ("untuned, llama.cpp's threads", stock["placement"],
+                                                          stock["threads_seen"]["count"],
+                                                          "/".join(stock["threads_seen"]["policies"])))
     return "\n".join(lines)
 
 

@@ -92,8 +92,12 @@ def test_a_run_places_each_candidate_and_ranks_them(tmp_path):
     # 2 rounds of 2 generations of 6 tokens: 20 gaps per stage, noise measured while it ran.
     assert other["inter_token"]["count"] == 20 and untuned["noise_throughput"][0]["cpu_workers"] == len(cpus)
     starts = [json.loads(line) for line in (tmp_path / "starts.jsonl").read_text().splitlines()]
-    # quiet + untuned + 2 candidates, in each of 2 rounds; the tuned ones on the inference CPU only.
-    assert len(starts) == 8
+    # quiet + untuned (our threads, llama.cpp's) + 2 candidates, in each of 2 rounds; the tuned ones on
+    # the inference CPU only; the stock server is given no thread count.
+    assert len(starts) == 10
+    assert sum("--threads" not in s["argv"] for s in starts) == 2
+    stock = block["rows"]["noisy untuned, llama.cpp's threads"]
+    assert stock["placement"].endswith("any CPU") and block["noisy_untuned_stock_vs_noisy_tuned"] is not None
     assert {tuple(s["affinity"]) for s in starts if s["policy"] == "FIFO"} == {(cpus[-1],)}
     assert "noisy untuned / noisy tuned" in done.stdout and "default pinned-other is" in done.stdout
     # Nothing is left running.
