@@ -18,6 +18,7 @@ from conftest import (BOOTARGS, HOUSEKEEPING, INFERENCE, cpulist, edgetune_vm, e
 SLICE = "ai-infer.slice"
 RUNTIME = "edgetune-runtime.service"
 EXTLINUX = "/boot/extlinux/extlinux.conf"
+RUNTIME_TAGS = "edge_facts,edge_runtime"
 BOOTARGS_TAGS = "edge_facts,edge_bootargs"
 
 
@@ -94,7 +95,8 @@ def test_slice_cgroup_files_hold_the_configured_values(host, config):
 
 
 # ------------------------------------------------------------------ runtime
-def test_runtime_threads_run_fifo_on_the_inference_cpus(host, config):
+def runtime_threads(host):
+    """[comm, policy, rt_priority, last CPU, allowed CPUs] of every llama-server thread, from /proc."""
     pid = int(host.check_output("systemctl show -p MainPID --value %s" % RUNTIME))
     assert pid > 0
     code = ("import os, json, re\n"
@@ -109,16 +111,33 @@ def test_runtime_threads_run_fifo_on_the_inference_cpus(host, config):
             "print(json.dumps(out))\n" % (pid, pid, pid))
     threads = json.loads(host.check_output("python3 -c %s" % quote(code)))
     assert len(threads) >= 3, threads
-    priority = config["edge_runtime_sched_priority"]
-    for comm, policy, rt_priority, last_cpu, cpus in threads:
-        assert (policy, rt_priority) == (1, priority), comm            # SCHED_FIFO, the configured priority
+    return threads
+
+
+def assert_threads(host, config, policy, rt_priority):
+    for comm, seen_policy, seen_priority, last_cpu, cpus in runtime_threads(host):
+        assert (seen_policy, seen_priority) == (policy, rt_priority), comm
         assert cpus == INFERENCE, comm
         assert last_cpu in cpulist(INFERENCE), comm                       # where it last ran
-    assert read(host, "/proc/sys/kernel/sched_rt_runtime_us") != "-1"       # real RT throttling is on
     answer = host.run("python3 -c %s" % quote(
         "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:%d/health', timeout=10).status)"
         % config["edge_runtime_port"]))
     assert answer.stdout.strip() == "200", answer.stdout + answer.stderr
+
+
+def test_runtime_threads_run_the_default_policy_then_fifo_on_the_inference_cpus(host, config):
+    """The converge deployed the default (pinned SCHED_OTHER); SCHED_FIFO deployed on purpose reaches
+    every thread too, under the real kernel's RT throttling; the default deployed again leaves no RT thread."""
+    name = host.backend.host
+    assert config["edge_runtime_sched_policy"] == "other"
+    assert_threads(host, config, 0, 0)                                   # SCHED_OTHER, no RT priority
+    assert read(host, "/proc/sys/kernel/sched_rt_runtime_us") != "-1"    # real RT throttling is on
+    fifo = {"edge_runtime_sched_policy": "fifo", "edge_runtime_require_fifo": True}
+    for overrides, policy, priority in ((fifo, 1, config["edge_runtime_sched_priority"]), ({}, 0, 0)):
+        out = run_site(host, "--tags", RUNTIME_TAGS, *(["-e", json.dumps(overrides)] if overrides else []))
+        stats = recap(out.stdout, name)
+        assert stats["failed"] == 0 and stats["unreachable"] == 0 and stats["changed"] > 0, out.stdout[-4000:]
+        assert_threads(host, config, policy, priority)
 
 
 def quote(text):

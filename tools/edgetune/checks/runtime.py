@@ -181,7 +181,10 @@ def test_threads_run_with_the_policy_and_cpus_they_claim(host, expected, runtime
         assert {t[3] for t in threads} == {pid1}
 
     if runtime["policy"] != "fifo":
-        pytest.skip("edge_runtime_sched_policy is %s for this device" % runtime["policy"])
+        # The default, pinned SCHED_OTHER: no thread runs RT and the unit claims no RT policy.
+        assert {(t[1], t[2]) for t in threads} == {(0, 0)}, threads
+        assert not [d for d in directives if d.startswith("CPUScheduling")]
+        return
     # molecule asks the kernel itself (a transient unit in the slice); verify only reads.
     refusal = recorded_refusal(host, env, runtime) if VERIFY_PLAN else fifo_refusal(host)
     if refusal is None:
