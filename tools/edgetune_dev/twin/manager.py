@@ -52,6 +52,11 @@ RUN_OPTIONS = [
     # Twins need no network: Ansible reaches them through `docker exec`.
     "--network", "none",
 ]
+# RT time each twin's container gets (microseconds per second, per CPU: Docker's --cpu-rt-runtime) out of
+# the engine's own (dockerd --cpu-rt-runtime, engine()): enough for the ai-infer slice's budget of the
+# twins' group vars (edge_cgroups_rt_runtime_us), so SCHED_FIFO in a twin's slice works as on a board.
+TWIN_RT_RUNTIME_US = 50000
+DOCKER_CPU_CGROUPS = ("/sys/fs/cgroup/cpu/docker", "/sys/fs/cgroup/cpu,cpuacct/docker")
 # With bcc and pyroute2, as edge_netqos installs them on a board: the twins run
 # the inference traffic classifier on their own eth0 (bcc compiles it against the
 # host's kernel headers, mounted read-only: see kernel_header_mounts()).
@@ -149,6 +154,28 @@ def ensure_engine(say=print):
             return
         time.sleep(1)
     raise TwinError("dockerd did not answer within 60 s; see %s" % DOCKERD_LOG)
+
+
+def rt_runtime_options(name, say=print):
+    """Docker's --cpu-rt-runtime for a new twin where the engine's cgroup has RT time left to give;
+    [] where the kernel has no RT group scheduling on cgroup v1 (nothing to give, none needed) or
+    the other twins hold it all (the twin then runs SCHED_FIFO requests as SCHED_OTHER, and says so)."""
+    budgets = [os.path.join(parent, "cpu.rt_runtime_us") for parent in DOCKER_CPU_CGROUPS]
+    engine_budget = next((path for path in budgets if os.path.exists(path)), None)
+    if engine_budget is None:
+        return []
+    parent = os.path.dirname(engine_budget)
+    try:
+        given = sum(int(Path(path).read_text()) for path in glob.glob(os.path.join(parent, "*", "cpu.rt_runtime_us")))
+        left = int(Path(engine_budget).read_text()) - given
+    except (OSError, ValueError):
+        left = 0
+    if left < TWIN_RT_RUNTIME_US:
+        say("twin %s gets no RT budget: the engine's cgroup %s has %d us of RT time left (a twin takes %d; "
+            "dockerd needs --cpu-rt-runtime, which `edgetune twin engine` passes)"
+            % (name, parent, max(left, 0), TWIN_RT_RUNTIME_US))
+        return []
+    return ["--cpu-rt-runtime", str(TWIN_RT_RUNTIME_US)]
 
 
 # ---------------------------------------------------------------- images
@@ -297,10 +324,16 @@ def create(name, board_name, say=print, fleet=False, inventory_dir=None):
             labels += ["--label", FLEET_LABEL + "=yes", "--label", "%s=%s" % (GROUP_LABEL, fleet_group(spec)),
                        "--label", "%s=%s" % (INVENTORY_LABEL, inventory_key(inventory_dir))]
         captured = board_name.startswith(CAPTURED)
-        result = run(["docker", "create" if captured else "run", *([] if captured else ["-d"]),
-                      "--name", name, "--hostname", name, *labels,
-                      "-e", "EDGETUNE_TWIN_BOARD=" + spec["name"],
-                      *RUN_OPTIONS, *kernel_header_mounts(), "edgetune/twin:%s" % spec["distro"]])
+        argv = ["docker", "create" if captured else "run", *([] if captured else ["-d"]),
+                "--name", name, "--hostname", name, *labels, "-e", "EDGETUNE_TWIN_BOARD=" + spec["name"],
+                *RUN_OPTIONS, *kernel_header_mounts()]
+        rt_options = rt_runtime_options(name, say)
+        result = run(argv + rt_options + ["edgetune/twin:%s" % spec["distro"]])
+        if result.returncode != 0 and rt_options and "rt_runtime" in result.stderr:
+            # Twins created at the same moment took the RT time left: this one goes without.
+            say("twin %s gets no RT budget: %s" % (name, result.stderr.strip().splitlines()[-1]))
+            run(["docker", "rm", "-f", name])
+            result = run(argv + ["edgetune/twin:%s" % spec["distro"]])
         if result.returncode != 0:
             raise TwinError("cannot start twin %s: %s" % (name, result.stderr.strip()))
         if captured:
