@@ -1213,6 +1213,7 @@ class _Checker(object):
         if self.ok("edge_audit_timer_random_delay") and not _TIMESPAN.match(v["edge_audit_timer_random_delay"]):
             self.problem("edge_audit_timer_random_delay", "not a systemd time span; allowed: e.g. 15min, 1h 30min, "
                                                           "90s or 0")
+        self.node_exporter()
         name = "edge_audit_timer_calendar"
         if self.ok(name):
             value = v[name]
@@ -1223,6 +1224,32 @@ class _Checker(object):
                 if error:
                     self.problem(name, "%s; allowed: a systemd OnCalendar expression such as \"*-*-* 05:30:00\", "
                                        "daily or Mon..Fri 04:00" % error)
+
+    def node_exporter(self):
+        v = self.v
+        if not (self.ok("edge_audit_timer_node_exporter") and v["edge_audit_timer_node_exporter"]):
+            return
+        name = "edge_audit_timer_node_exporter_package"
+        if self.ok(name):
+            package = v[name]
+            if package.endswith(".deb"):
+                if not os.path.isfile(package):
+                    self.problem(name, "%s does not exist on the controller; allowed: a package name in the "
+                                       "device's apt sources or a .deb file on the controller" % package)
+            elif not _PACKAGE_NAME.match(package):
+                self.problem(name, "%r is neither a package name nor a .deb file; allowed: e.g. "
+                                   "prometheus-node-exporter or /srv/debs/prometheus-node-exporter_1.5.0_arm64.deb"
+                             % package)
+        name = "edge_audit_timer_node_exporter_listen"
+        if self.ok(name):
+            match = _LISTEN.match(v[name])
+            if not match or not 0 < int(match.group(2)) < 65536:
+                self.problem(name, "%r is not HOST:PORT; allowed: :9100, 127.0.0.1:9100 or [::1]:9100" % v[name])
+
+
+# A Debian package name (Debian Policy 5.6.1), and a node exporter's --web.listen-address.
+_PACKAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+_LISTEN = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(\d{1,5})$")
 
 
 _ALLOWED_SLICE = {

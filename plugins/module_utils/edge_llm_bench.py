@@ -663,9 +663,9 @@ def table(result):
             "/".join(s["threads_seen"]["cpus"])))
     stock = first["rows"].get(UNTUNED_STOCK)
     if stock:
-        lines.append("  %-34s %s; %d threads in all, %s" % ("untuned, llama.cpp's threads", stock["placement"],
-                                                          stock["threads_seen"]["count"],
-                                                          "/".join(stock["threads_seen"]["policies"])))
+        lines.append("  %-34s %s; %d threads in all, %s" % (
+            "untuned, llama.cpp's threads", stock["placement"], stock["threads_seen"]["count"],
+            "/".join(stock["threads_seen"]["policies"])))
     return "\n".join(lines)
 
 

@@ -444,7 +444,39 @@ def audit_part(intent, plan, role_options, code=None):
                 "code": (code or {}).get(role),
             },
         }
-    return {"record_dir": RECORD_DIR, "roles": roles, "program_files": program_files("audit")}
+    return {"record_dir": RECORD_DIR, "roles": roles, "program_files": program_files("audit"),
+            "node_exporter": node_exporter_part(intent)}
+
+
+# The distribution's node exporter (Debian and Ubuntu's package): its unit reads ARGS from this file.
+NODE_EXPORTER_SERVICE = "prometheus-node-exporter.service"
+NODE_EXPORTER_DEFAULTS = ("/etc/default", "prometheus-node-exporter")
+PACKAGE_CACHE = "/var/cache/edgetune"
+
+
+def node_exporter_part(intent):
+    """The node exporter edge_audit_timer installs to read the audit's textfile (enabled false: none):
+    the package by name or as a .deb file copied from the controller, its ARGS, and the URL on the
+    device where the apply checks that its textfile collector reads the directory."""
+    unit = {"service": NODE_EXPORTER_SERVICE, "defaults_dir": NODE_EXPORTER_DEFAULTS[0],
+            "defaults_name": NODE_EXPORTER_DEFAULTS[1], "defaults_file": "/".join(NODE_EXPORTER_DEFAULTS)}
+    if not (intent.get("edge_audit_timer_enabled", True) and intent.get("edge_audit_timer_node_exporter")):
+        return dict(unit, enabled=False)
+    package = intent["edge_audit_timer_node_exporter_package"]
+    listen = intent["edge_audit_timer_node_exporter_listen"]
+    host, _colon, port = listen.rpartition(":")
+    if host in ("", "0.0.0.0", "[::]"):
+        host = "127.0.0.1"
+    from_file = package.endswith(".deb")
+    return dict(
+        unit, enabled=True,
+        package=None if from_file else package,
+        package_file=package if from_file else None,
+        package_dir=PACKAGE_CACHE if from_file else None,
+        package_dest="%s/%s" % (PACKAGE_CACHE, os.path.basename(package)) if from_file else None,
+        args="--collector.textfile.directory=%s --web.listen-address=%s" % (
+            os.path.dirname(intent["edge_audit_timer_textfile"]), listen),
+        metrics_url="http://%s:%s/metrics" % (host, port))
 
 
 def _recorded(role, intent):

@@ -395,3 +395,26 @@ def test_the_plan_says_what_the_kernel_will_list_as_isolated(flags, listed):
     plan = edge_plan.build(checked["intent"], facts, profile, checked["partition"], checked["slice"])
     assert plan["bootargs"]["kernel_isolated"] == (plan["cpu"]["inference_list"] if listed else "")
     assert plan["cpu"]["inference_list"]
+
+
+def test_the_node_exporter_part_from_a_package_name_or_a_file(tmp_path):
+    assert audit_plan("orin-nx")["audit"]["node_exporter"]["enabled"] is False
+    named = audit_plan("orin-nx", {"edge_audit_timer_node_exporter": True})["audit"]["node_exporter"]
+    assert (named["package"], named["package_file"], named["metrics_url"]) == (
+        "prometheus-node-exporter", None, "http://127.0.0.1:9100/metrics")
+    assert named["args"] == ("--collector.textfile.directory=/var/lib/prometheus/node-exporter "
+                             "--web.listen-address=:9100")
+    deb = tmp_path / "prometheus-node-exporter_1.5.0-1_arm64.deb"
+    deb.write_bytes(b"!<arch>\n")
+    from_file = audit_plan("rock5b", {"edge_audit_timer_node_exporter": True,
+                                      "edge_audit_timer_node_exporter_package": str(deb),
+                                      "edge_audit_timer_node_exporter_listen": "[::1]:9200",
+                                      "edge_audit_timer_textfile": "/srv/metrics/edgetune.prom"}
+                           )["audit"]["node_exporter"]
+    assert (from_file["package"], from_file["package_file"], from_file["package_dest"]) == (
+        None, str(deb), "/var/cache/edgetune/prometheus-node-exporter_1.5.0-1_arm64.deb")
+    assert from_file["metrics_url"] == "http://[::1]:9200/metrics"
+    assert from_file["args"] == "--collector.textfile.directory=/srv/metrics --web.listen-address=[::1]:9200"
+    # Off with the timer: nothing to read.
+    assert audit_plan("orin-nx", {"edge_audit_timer_node_exporter": True,
+                                  "edge_audit_timer_enabled": False})["audit"]["node_exporter"]["enabled"] is False

@@ -11,6 +11,7 @@ shows apt's own last lines.
 """
 import contextlib
 import fcntl
+import glob
 import os
 import shutil
 import subprocess
@@ -74,14 +75,32 @@ def _other_processes():
         yield
 
 
-def apt_get(*args):
+def apt_get(*args, cwd=None):
     argv = ["apt-get", "-o", "DPkg::Lock::Timeout=%d" % APT_LOCK_TIMEOUT, *args]
-    result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False,
+    result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False, cwd=cwd,
                             env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
     if result.returncode != 0:
         said = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()[-APT_LINES:]
         raise UsageError("apt-get %s failed (exit %d): %s" % (" ".join(a for a in args if not a.startswith("-")),
                                                               result.returncode, " | ".join(said)))
+
+
+def download(package, directory, say=print):
+    """The path of ``package``'s .deb for this host's Debian release, fetched once into ``directory`` with
+    apt-get (for a twin of the same release, which has no network)."""
+    found = sorted(glob.glob(os.path.join(directory, "%s_*.deb" % package)))
+    if found:
+        return found[-1]
+    os.makedirs(directory, exist_ok=True)
+    with _other_processes():
+        say("downloading Debian's %s" % package)
+        apt_get("update", "-qq")
+        apt_get("download", "-o", "APT::Sandbox::User=root", "-o", "Dir::Cache::archives=" + directory, package,
+                cwd=directory)
+    found = sorted(glob.glob(os.path.join(directory, "%s_*.deb" % package)))
+    if not found:
+        raise UsageError("apt-get download %s left no .deb in %s" % (package, directory))
+    return found[-1]
 
 
 def main(argv=None):
