@@ -22,3 +22,7 @@ if not LINK.is_symlink():  # `make collection` makes the same link; pytest run a
 for extra in (COLLECTIONS, ROOT / "plugins" / "modules", ROOT / "tools"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
+
+# A line a minute while a test runs long (tests/heartbeat.py); pytest puts this directory on sys.path.
+from heartbeat import (pytest_configure, pytest_runtest_logfinish, pytest_runtest_logstart,  # noqa: E402,F401
+                       pytest_unconfigure)

@@ -18,7 +18,9 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +28,7 @@ import pytest
 def pytest_configure(config):
     # Not pytest_plugins: that is refused in a conftest below the rootdir (the checkout's).
     config.pluginmanager.import_plugin("edgetune.checks.plugin")
+    heartbeat.pytest_configure(config)
 
 
 EXPECTED = {
@@ -160,3 +163,8 @@ def converged_check_run(host, boot_file):
         result = run_site(host, "--check", "--diff", "-e", json.dumps({"edge_converge_full": True}))
         CONVERGED_CHECK_RUNS[name] = (result, before, host.check_output("md5sum %s" % boot_file))
     return CONVERGED_CHECK_RUNS[name]
+
+# A line a minute while a check runs long (the project's tests/heartbeat.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
+import heartbeat  # noqa: E402
+from heartbeat import pytest_runtest_logfinish, pytest_runtest_logstart, pytest_unconfigure  # noqa: E402,F401

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,8 @@ def edgetune_vm(*args, check=True):
 
 def vm_status():
     return json.loads(edgetune_vm("status", "--json", check=False).stdout)
+
+# A line a minute while a check runs long (the project's tests/heartbeat.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
+from heartbeat import (pytest_configure, pytest_runtest_logfinish, pytest_runtest_logstart,  # noqa: E402,F401
+                       pytest_unconfigure)
