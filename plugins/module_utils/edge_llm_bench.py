@@ -439,7 +439,7 @@ class Bench:
             raise BenchError("llama-server exited with %s before it was ready: %s" % (proc.returncode, tail))
 
     # -- one stage
-    def stage(self, name, noise_kind, settings, tuned, generations, round_index):
+    def stage(self, name, noise_kind, settings, tuned, generations, round_index, timeout=None):
         if settings.get("rt_runtime_us") is not None:
             _write(RT_RUNTIME, settings["rt_runtime_us"])
         proc, port, note, client_place = self.start_server(settings, tuned)
@@ -455,7 +455,7 @@ class Bench:
                     cgroup, _note = self.cgroups.make("untuned", None)
                 noise = Noise(noise_kind, cgroup, cpus, len(self.cpus))
                 time.sleep(self.o.settle)
-            runs = self._client(port, generations, client_place)
+            runs = self._client(port, generations, client_place, timeout)
             threads = threads_of(proc.pid)
         finally:
             throughput = noise.stop() if noise else None
@@ -472,10 +472,10 @@ class Bench:
                 "threads_seen": {"count": len(threads), "policies": policies, "cpus": cpusets},
                 "noise_throughput": throughput, "runs": runs}
 
-    def _client(self, port, generations, place):
+    def _client(self, port, generations, place, timeout=None):
         """The gate's streaming client in a child process with the server's placement and scheduling."""
         options = {"port": port, "prompt": self.o.prompt, "max_tokens": self.o.max_tokens, "runs": generations,
-                   "warmup": self.o.warmup, "timeout": self.o.request_timeout}
+                   "warmup": self.o.warmup, "timeout": timeout or self.o.request_timeout}
         code = ("import json, sys\n"
                 "from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm\n"
                 "o = json.loads(sys.argv[1])\n"
@@ -487,7 +487,8 @@ class Bench:
         result = subprocess.run([sys.executable, "-c", code, json.dumps(options)], preexec_fn=place, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
         if result.returncode != 0:
-            raise BenchError("the client failed: %s" % result.stderr.strip().splitlines()[-1:])
+            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise BenchError("the client failed: %s" % last.split("Error: ", 1)[-1])
         return json.loads(result.stdout)
 
     # -- the candidates alone (the device's autotune)
@@ -530,7 +531,7 @@ class Bench:
         for number in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(number, _exit_on_signal)
         self.cgroups = Cgroups(cgroup_v2() and not self.o.affinity_only)
-        stages = []
+        stages, stock_failed = [], {}
         per_stage = max(1, -(-self.o.generations // self.o.rounds))
         try:
             for round_index in range(1, self.o.rounds + 1):
@@ -539,8 +540,14 @@ class Bench:
                 for kind in self.o.noise:
                     self.say("round %d: %s noise, untuned" % (round_index, kind))
                     stages.append(self.stage(UNTUNED, kind, self.default, False, per_stage, round_index))
-                    self.say("round %d: %s noise, untuned with llama.cpp's thread count" % (round_index, kind))
-                    stages.append(self.stage(UNTUNED_STOCK, kind, self.stock, False, per_stage, round_index))
+                    if kind not in stock_failed:
+                        self.say("round %d: %s noise, untuned with llama.cpp's thread count" % (round_index, kind))
+                        try:
+                            stages.append(self.stage(UNTUNED_STOCK, kind, self.stock, False, per_stage,
+                                                     round_index, self.o.stock_timeout))
+                        except (BenchError, edge_llm.LLMError) as exc:
+                            # It may not finish a generation under this noise at all: said, and not run again.
+                            stock_failed[kind] = "round %d: %s" % (round_index, exc)
                     order = list(self.candidates)
                     random.Random(round_index).shuffle(order)
                     for candidate in order:
@@ -551,7 +558,7 @@ class Bench:
             if self.rt_saved is not None and _read(RT_RUNTIME) != self.rt_saved:
                 _write(RT_RUNTIME, self.rt_saved)
             shutil.rmtree(self.logdir, ignore_errors=True)
-        return report(stages, self.candidates, self.o, host_facts(self.infer, self.housekeeping))
+        return report(stages, self.candidates, self.o, host_facts(self.infer, self.housekeeping), stock_failed)
 
 
 def _exit_on_signal(number, _frame):
@@ -571,7 +578,7 @@ def _ratio(over, under):
     return round(over / under, 2) if over is not None and under else None
 
 
-def report(stages, candidates, options, host):
+def report(stages, candidates, options, host, stock_failed=None):
     """Stages merged over rounds: per noise kind quiet, untuned and each candidate, with the ratios
     (noisy tuned / quiet, noisy untuned / noisy tuned) and the best candidate by inter-token P99
     (TTFT P99 as tie-break)."""
@@ -601,6 +608,7 @@ def report(stages, candidates, options, host):
             "default_vs_best": _ratio(tuned_p99, rows[best]["inter_token"]["p99_ms"]),
             "noisy_tuned_vs_quiet": _ratio(tuned_p99, quiet["inter_token"]["p99_ms"]),
             "noisy_untuned_vs_noisy_tuned": _ratio(rows[UNTUNED]["inter_token"]["p99_ms"], tuned_p99),
+            "untuned_stock_failed": (stock_failed or {}).get(kind),
             "noisy_untuned_stock_vs_noisy_tuned": _ratio(
                 rows[UNTUNED_STOCK]["inter_token"]["p99_ms"] if rows[UNTUNED_STOCK] else None, tuned_p99),
             "ttft_noisy_tuned_vs_quiet": _ratio(rows[default]["ttft"]["p99_ms"], quiet["ttft"]["p99_ms"]),
@@ -639,7 +647,9 @@ def table(result):
             "%s %s" % (k, v) for k, v in throughput[0].items())) if throughput else ""), head + "  (ms)"]
         lines.append(row("quiet, %s" % block["default"], result["quiet"]))
         lines.append(row("noisy untuned (any CPU, SCHED_OTHER)", block["rows"][UNTUNED]))
-        if block["rows"].get(UNTUNED_STOCK):
+        if block.get("untuned_stock_failed"):
+            lines.append("%-40s did not finish (%s)" % (UNTUNED_STOCK, block["untuned_stock_failed"]))
+        elif block["rows"].get(UNTUNED_STOCK):
             lines.append(row(UNTUNED_STOCK, block["rows"][UNTUNED_STOCK]))
         for name in block["ranking"]:
             mark = " *" if name == block["best"] else ""
@@ -648,7 +658,7 @@ def table(result):
                      "default %s is %sx the best (%s)" % (
                          block["noisy_tuned_vs_quiet"], block["noisy_untuned_vs_noisy_tuned"], block["default"],
                          block["default_vs_best"], block["best"]))
-        if block.get("noisy_untuned_stock_vs_noisy_tuned"):
+        if block.get("noisy_untuned_stock_vs_noisy_tuned") and not block.get("untuned_stock_failed"):
             lines.append("inter-token P99: noisy untuned with llama.cpp's threads / noisy tuned %sx"
                          % block["noisy_untuned_stock_vs_noisy_tuned"])
         lines.append("TTFT P99: noisy tuned / quiet %sx, noisy untuned / noisy tuned %sx" % (
@@ -689,6 +699,9 @@ def add_arguments(parser):
     parser.add_argument("--settle", type=float, default=1.0, help="seconds the noise runs before measuring")
     parser.add_argument("--ready-timeout", type=float, default=60.0)
     parser.add_argument("--request-timeout", type=float, default=120.0)
+    parser.add_argument("--stock-timeout", type=float, default=30.0,
+                        help="seconds one generation of the untuned server with llama.cpp's own thread count may "
+                             "take before that stage is reported as not finishing (and not run again)")
     parser.add_argument("--affinity-only", action="store_true", help="no cgroups: CPU affinity only")
     parser.add_argument("--out", default="reports", help="directory for bench-llm-host.json (and .png)")
 

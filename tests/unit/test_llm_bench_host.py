@@ -102,3 +102,18 @@ def test_a_run_places_each_candidate_and_ranks_them(tmp_path):
     assert "noisy untuned / noisy tuned" in done.stdout and "default pinned-other is" in done.stdout
     # Nothing is left running.
     assert subprocess.run(["pgrep", "-f", str(FAKE_SOURCE)], stdout=subprocess.PIPE, check=False).returncode == 1
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_an_untuned_server_that_does_not_finish_is_reported_and_not_run_again(tmp_path):
+    cpus = sorted(os.sched_getaffinity(0))
+    # llama.cpp's own thread count (no --threads) streams a token every 2 s: over the 1 s bound.
+    done = bench(tmp_path, "--infer-cpus", str(cpus[-1]), "--noise", "cpu", "--affinity-only",
+                 "--candidate", "pinned-other:policy=other", "--stock-timeout", "1", FAKE_GAP_THREADS_None_MS="2000")
+    assert done.returncode == 0, done.stderr
+    block = json.loads((tmp_path / "bench-llm-host.json").read_text())["noises"]["cpu"]
+    assert block["untuned_stock_failed"].startswith("round 1: the client failed: ")
+    assert block["rows"]["noisy untuned, llama.cpp's threads"] is None
+    starts = [json.loads(line) for line in (tmp_path / "starts.jsonl").read_text().splitlines()]
+    assert sum("--threads" not in s["argv"] for s in starts) == 1      # round 2 did not start it again
+    assert "noisy untuned, llama.cpp's threads       did not finish (round 1: " in done.stdout
