@@ -400,6 +400,25 @@ class BpfSys(object):
         self._elem(self.MAP_DELETE_ELEM, fd, key)
 
 
+def audit_checks(status, result, interfaces, loader, python, source, config_file, persist):
+    """Role edge_netqos's checks for the drift audit: each interface's live qdiscs, classes and classifier
+    as the loader compares them with the settings the module built (``result["config"]``; not with the
+    device's config file, which an edit could change), and that file where the boot unit applies it
+    (``persist``). ``status`` "unsupported: WHY": one unsupported check with the reason; no settings
+    built (a check run with packages still to install): nothing to check yet."""
+    if status.startswith("unsupported"):
+        reason = status[len("unsupported: "):] if status.startswith("unsupported: ") else status
+        return [{"setting": "network priority", "role": "edge_netqos", "kind": "unsupported", "reason": reason}]
+    if not result or result.get("config_sha1") is None:
+        return []
+    checks = [{"setting": "network priority", "role": "edge_netqos", "kind": "netqos", "config": result["config"],
+               "interfaces": list(interfaces), "loader": loader, "python": python, "source": source}]
+    if persist:
+        checks.append({"setting": "network priority config", "role": "edge_netqos", "kind": "file",
+                       "path": config_file, "sha1": result["config_sha1"]})
+    return checks
+
+
 def _port_key(port):
     return struct.pack("!H", port)
 

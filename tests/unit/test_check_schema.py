@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_netqos_loader as netqos
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact import device_paths
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_dvfs import overridden_by_restore
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
@@ -180,3 +181,20 @@ def test_artifacts_on_the_device_by_source():
     got = device_paths("device", "/var/cache/edgetune", runtime=("/opt/rt.tar.gz", "aa"),
                        engine=("/opt/m.tar.gz", "bb"))
     assert [a["path"] for a in got["artifacts"]] == ["/opt/rt.tar.gz", "/opt/m.tar.gz"]
+
+
+def test_the_netqos_checks_are_well_formed_in_each_state():
+    options = {"interfaces": ["eth0"], "loader": "/usr/local/lib/edgetune/netqos/edge_netqos_loader.py",
+               "python": "/usr/bin/python3", "source": "/usr/local/share/edgetune/netqos/edge_classifier.c",
+               "config_file": "/etc/edgetune/netqos.json"}
+    unsupported = netqos.audit_checks("unsupported: bcc does not import", {}, persist=True, **options)
+    assert unsupported == [{"setting": "network priority", "role": "edge_netqos", "kind": "unsupported",
+                            "reason": "bcc does not import"}]
+    assert netqos.audit_checks("supported", {}, persist=True, **options) == []  # check mode, nothing built yet
+    result = {"config": {"interfaces": {"eth0": {"rate": "1gbit"}}}, "config_sha1": "ab" * 20}
+    applied = netqos.audit_checks("supported", result, persist=True, **options)
+    assert [c["kind"] for c in applied] == ["netqos", "file"]
+    assert applied[1] == {"setting": "network priority config", "role": "edge_netqos", "kind": "file",
+                          "path": "/etc/edgetune/netqos.json", "sha1": "ab" * 20}
+    assert edge_audit.validate_checks(applied, "edge_netqos") == applied
+    assert [c["kind"] for c in netqos.audit_checks("supported", result, persist=False, **options)] == ["netqos"]
