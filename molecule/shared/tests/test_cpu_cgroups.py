@@ -15,7 +15,7 @@ import pytest
 from conftest import EXPECTED, converged_check_run, hand_written, reboot_twin, recap, run_site
 
 from edgetune.checks.cpu_cgroups import (  # noqa: F401  (the device checks, collected here)
-    SLICE, check_probe, check_slice, cpus, mask, read, test_kernel_settings_running_and_persisted,
+    SLICE, check_probe, check_slice, cpus, mask, read, rt_root_budget, test_kernel_settings_running_and_persisted,
     test_probe_in_the_slice_with_the_policy_rt_allows, test_probe_threads_run_on_the_inference_cpus,
     test_rest_of_the_system_on_housekeeping_cpus, test_slice_values_in_the_cgroup_files)
 
@@ -113,6 +113,19 @@ def test_check_mode_is_clean_and_reports_unmovable_irqs_and_rt(host, twin_board,
     assert int(report.group(1)) == len(named) and named <= unmovable
     assert "arch_timer" in report.group(2)
     assert "SCHED_FIFO in ai-infer.slice: " in check_run.stdout
+
+
+def test_the_twin_has_an_rt_budget_and_the_probe_runs_fifo_in_the_slice(host, unified):
+    """`edgetune twin` gives each container RT time (Docker's --cpu-rt-runtime) while the engine has
+    some: the slice gets its budget (the twins' edge_cgroups_rt_runtime_us) and FIFO really runs."""
+    root_budget = rt_root_budget(host, unified)
+    if root_budget is None:
+        pytest.skip("cgroup v2: no RT budget file")
+    if root_budget == 0:
+        pytest.skip("the engine had no RT time left for this twin (`edgetune twin` said so when it made it)")
+    assert root_budget == 50000
+    threads = check_probe(host, None, unified, None)
+    assert {(t["policy"], t["rt_priority"]) for t in threads} == {(1, 10)}, threads
 
 
 def test_hybrid_host_says_which_settings_it_cannot_enforce(host, unified, check_run):
