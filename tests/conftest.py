@@ -24,5 +24,9 @@ for extra in (COLLECTIONS, ROOT / "plugins" / "modules", ROOT / "tools"):
         sys.path.insert(0, str(extra))
 
 # A line a minute while a test runs long (tests/heartbeat.py); pytest puts this directory on sys.path.
-from heartbeat import (pytest_configure, pytest_runtest_logfinish, pytest_runtest_logstart,  # noqa: E402,F401
-                       pytest_unconfigure)
+import heartbeat  # noqa: E402
+
+pytest_configure = heartbeat.pytest_configure
+pytest_runtest_logstart = heartbeat.pytest_runtest_logstart
+pytest_runtest_logfinish = heartbeat.pytest_runtest_logfinish
+pytest_unconfigure = heartbeat.pytest_unconfigure

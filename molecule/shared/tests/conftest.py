@@ -167,4 +167,7 @@ def converged_check_run(host, boot_file):
 # A line a minute while a check runs long (the project's tests/heartbeat.py).
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
 import heartbeat  # noqa: E402
-from heartbeat import pytest_runtest_logfinish, pytest_runtest_logstart, pytest_unconfigure  # noqa: E402,F401
+
+pytest_runtest_logstart = heartbeat.pytest_runtest_logstart
+pytest_runtest_logfinish = heartbeat.pytest_runtest_logfinish
+pytest_unconfigure = heartbeat.pytest_unconfigure

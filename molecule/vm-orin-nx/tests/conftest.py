@@ -106,5 +106,9 @@ def vm_status():
 
 # A line a minute while a check runs long (the project's tests/heartbeat.py).
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
-from heartbeat import (pytest_configure, pytest_runtest_logfinish, pytest_runtest_logstart,  # noqa: E402,F401
-                       pytest_unconfigure)
+import heartbeat  # noqa: E402
+
+pytest_configure = heartbeat.pytest_configure
+pytest_runtest_logstart = heartbeat.pytest_runtest_logstart
+pytest_runtest_logfinish = heartbeat.pytest_runtest_logfinish
+pytest_unconfigure = heartbeat.pytest_unconfigure
