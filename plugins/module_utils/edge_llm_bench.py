@@ -287,13 +287,22 @@ def _move(pid, cgroup):
 def _placer(cgroup, cpus, policy="other", priority=0):
     """preexec_fn: into the cgroup, onto the CPUs, with the policy (inherited by every thread it makes)."""
     def place():
-        if cgroup:
-            _write(os.path.join(cgroup, "cgroup.procs"), os.getpid())
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-        if policy in ("fifo", "rr"):
-            kind = os.SCHED_FIFO if policy == "fifo" else os.SCHED_RR
-            os.sched_setscheduler(0, kind, os.sched_param(priority))
+        step = "joining cgroup %s" % cgroup
+        try:
+            if cgroup:
+                _write(os.path.join(cgroup, "cgroup.procs"), os.getpid())
+            step = "pinning to CPUs %s" % format_cpulist(cpus or [])
+            if cpus:
+                os.sched_setaffinity(0, cpus)
+            step = "SCHED_%s priority %d" % (policy.upper(), priority)
+            if policy in ("fifo", "rr"):
+                kind = os.SCHED_FIFO if policy == "fifo" else os.SCHED_RR
+                os.sched_setscheduler(0, kind, os.sched_param(priority))
+        except OSError as exc:
+            # subprocess reports only "Exception occurred in preexec_fn": the cause goes to the child's
+            # stderr (the server's log, or the pipe of the client), where the caller reads it.
+            os.write(2, ("edgetune-bench: %s refused: %s\n" % (step, exc.strerror or exc)).encode())
+            raise
     return place
 
 
@@ -415,11 +424,13 @@ class Bench:
             if cgroup == CGROUP_ROOT:
                 # The partition's CPUs belong to it alone: give them back before pinning from the root.
                 self.cgroups.release("infer")
-            log = open(os.path.join(self.logdir, "server-%d.log" % port), "w")
+            log_path = os.path.join(self.logdir, "server-%d.log" % port)
+            log = open(log_path, "w")
             try:
                 proc = _spawn(argv, _placer(cgroup, cpus, policy, priority), env=server_env(port), log=log)
             except (OSError, subprocess.SubprocessError) as exc:
-                refusals.append("%s: %s" % (note, exc))
+                said = [line for line in (_read(log_path, "") or "").splitlines() if line.startswith("edgetune-bench:")]
+                refusals.append("%s: %s" % (note, said[-1][len("edgetune-bench: "):] if said else exc))
                 continue
             finally:
                 log.close()

@@ -117,3 +117,11 @@ def test_an_untuned_server_that_does_not_finish_is_reported_and_not_run_again(tm
     starts = [json.loads(line) for line in (tmp_path / "starts.jsonl").read_text().splitlines()]
     assert sum("--threads" not in s["argv"] for s in starts) == 1      # round 2 did not start it again
     assert "noisy untuned, llama.cpp's threads       did not finish (round 1: " in done.stdout
+
+
+def test_a_placement_the_kernel_refuses_says_which_step_and_why(tmp_path):
+    log_path = tmp_path / "server.log"
+    with open(str(log_path), "w") as log:
+        with pytest.raises(subprocess.SubprocessError):
+            hb._spawn(["true"], hb._placer(None, None, "fifo", 0), log=log)  # priority 0: EINVAL for FIFO
+    assert log_path.read_text() == "edgetune-bench: SCHED_FIFO priority 0 refused: Invalid argument\n"
