@@ -30,6 +30,16 @@ KERNEL_WHITESPACE = " \t\n\r\v\f"
 # Tokens
 # ---------------------------------------------------------------------------
 
+def audit_checks(bootargs, absent, record, keep):
+    """Role edge_bootargs's check for the drift audit: the arguments the entry the plan names
+    (``bootargs``: the plan's part, with its bootloader, boot file and args) must hold, those it must
+    not (``absent``), the role's record of the values it replaced (``record``) and the keys it never
+    drops (``keep``)."""
+    return [{"setting": "kernel boot arguments", "role": "edge_bootargs", "kind": "cmdline",
+             "bootloader": bootargs["bootloader"], "path": bootargs["path"], "args": list(bootargs["args"]),
+             "absent": list(absent), "record": record, "keep": list(keep)}]
+
+
 def split_cmdline(text):
     """Split a kernel command line into tokens the way the kernel does.
 

@@ -9,6 +9,7 @@ import pytest
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_netqos_loader as netqos
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact import device_paths
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import audit_checks as bootargs_checks
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_dvfs import overridden_by_restore
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 
@@ -198,3 +199,13 @@ def test_the_netqos_checks_are_well_formed_in_each_state():
                           "path": "/etc/edgetune/netqos.json", "sha1": "ab" * 20}
     assert edge_audit.validate_checks(applied, "edge_netqos") == applied
     assert [c["kind"] for c in netqos.audit_checks("supported", result, persist=False, **options)] == ["netqos"]
+
+
+def test_the_bootargs_check_is_well_formed_from_the_plan():
+    plan = {"bootloader": "extlinux", "path": "/boot/extlinux/extlinux.conf", "args": ["isolcpus=4-7"],
+            "kernel_isolated": "4-7"}
+    checks = bootargs_checks(plan, absent=["quiet"], record="/etc/edgetune/bootargs.json", keep=("root",))
+    assert checks == [{"setting": "kernel boot arguments", "role": "edge_bootargs", "kind": "cmdline",
+                       "bootloader": "extlinux", "path": "/boot/extlinux/extlinux.conf", "args": ["isolcpus=4-7"],
+                       "absent": ["quiet"], "record": "/etc/edgetune/bootargs.json", "keep": ["root"]}]
+    assert edge_audit.validate_checks(checks, "edge_bootargs") == checks
