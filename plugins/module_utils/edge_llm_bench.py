@@ -16,7 +16,10 @@ runs from the root cgroup with affinity, and the result says so.
 
 The client is the deploy gate's own (edge_llm.stream_completion), so numbers
 from a board (tools/bench-runtime over Ansible) and from a host mean the same.
-It runs with the placement and scheduling of the server it measures.
+By default it runs with the placement and scheduling of the server it measures
+(an application in the same slice); ``--client housekeeping`` runs it as a
+fixed instrument instead, the same in every stage: on the housekeeping CPUs,
+SCHED_FIFO 1, so neither the noise nor the candidate's policy delays its reads.
 
 Run from any copy of the collection without installing anything:
 ``python3 plugins/module_utils/edge_llm_bench.py --help``.
@@ -466,6 +469,8 @@ class Bench:
                     cgroup, _note = self.cgroups.make("untuned", None)
                 noise = Noise(noise_kind, cgroup, cpus, len(self.cpus))
                 time.sleep(self.o.settle)
+            if getattr(self.o, "client", "server") == "housekeeping":
+                client_place = _placer(CGROUP_ROOT if self.cgroups.enabled else None, self.housekeeping, "fifo", 1)
             runs = self._client(port, generations, client_place, timeout)
             threads = threads_of(proc.pid)
         finally:
@@ -484,7 +489,7 @@ class Bench:
                 "noise_throughput": throughput, "runs": runs}
 
     def _client(self, port, generations, place, timeout=None):
-        """The gate's streaming client in a child process with the server's placement and scheduling."""
+        """The gate's streaming client in a child process, placed by ``place``."""
         options = {"port": port, "prompt": self.o.prompt, "max_tokens": self.o.max_tokens, "runs": generations,
                    "warmup": self.o.warmup, "timeout": timeout or self.o.request_timeout}
         code = ("import json, sys\n"
@@ -629,6 +634,7 @@ def report(stages, candidates, options, host, stock_failed=None):
     return {"format": 1, "host": host, "backend": options.backend, "server": options.server,
             "model": os.path.basename(options.model), "rounds": options.rounds,
             "generations_per_stage": options.generations, "max_tokens": options.max_tokens,
+            "client": getattr(options, "client", "server"),
             "candidates": candidates, "quiet": quiet, "noises": noises, "stages": stages}
 
 
@@ -643,8 +649,10 @@ def table(result):
         len(parse_cpulist(result["host"]["cpus"])), result["host"]["cpus"], result["host"]["kernel"],
         result["backend"], (" (%s)" % result["host"]["gpus"].splitlines()[0]) if result["host"]["gpus"] else "",
         result["host"]["inference_cpus"], result["host"]["housekeeping_cpus"]),
-        "%s; %d rounds, %d generations of %d tokens per stage" % (
-            result["model"], result["rounds"], result["generations_per_stage"], result["max_tokens"])]
+        "%s; %d rounds, %d generations of %d tokens per stage; the client %s" % (
+            result["model"], result["rounds"], result["generations_per_stage"], result["max_tokens"],
+            "on the housekeeping CPUs at SCHED_FIFO 1" if result.get("client") == "housekeeping"
+            else "with the server's placement and scheduling")]
     head = "%-40s %9s %9s %9s %9s %9s" % ("stage", "TTFT P99", "tok P50", "tok P99", "tok max", "tokens/s")
 
     def row(label, s):
@@ -713,6 +721,9 @@ def add_arguments(parser):
     parser.add_argument("--stock-timeout", type=float, default=30.0,
                         help="seconds one generation of the untuned server with llama.cpp's own thread count may "
                              "take before that stage is reported as not finishing (and not run again)")
+    parser.add_argument("--client", choices=("server", "housekeeping"), default="server",
+                        help="where the measuring client runs: with the server's placement and scheduling (an "
+                             "application in its slice), or on the housekeeping CPUs at SCHED_FIFO 1 in every stage")
     parser.add_argument("--affinity-only", action="store_true", help="no cgroups: CPU affinity only")
     parser.add_argument("--out", default="reports", help="directory for bench-llm-host.json (and .png)")
 

@@ -125,3 +125,37 @@ def test_a_placement_the_kernel_refuses_says_which_step_and_why(tmp_path):
         with pytest.raises(subprocess.SubprocessError):
             hb._spawn(["true"], hb._placer(None, None, "fifo", 0), log=log)  # priority 0: EINVAL for FIFO
     assert log_path.read_text() == "edgetune-bench: SCHED_FIFO priority 0 refused: Invalid argument\n"
+
+
+@pytest.mark.skipif(not fifo_allowed() or len(os.sched_getaffinity(0)) < 2, reason="needs root, SCHED_FIFO, 2 CPUs")
+@pytest.mark.parametrize("client", ["server", "housekeeping"])
+def test_the_client_runs_where_it_is_asked_to_in_every_stage(tmp_path, monkeypatch, client):
+    cpus = sorted(os.sched_getaffinity(0))
+    infer, housekeeping = cpus[-1:], cpus[:-1]
+    seen = []
+    measure = hb.Bench._client
+
+    def probed(self, port, generations, place, timeout=None):
+        # The placement the client gets, read back by a process started with it.
+        probe = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)), "
+                                "os.sched_getscheduler(0), os.sched_getparam(0).sched_priority)"],
+                               preexec_fn=place, stdout=subprocess.PIPE, universal_newlines=True, check=True)
+        seen.append(probe.stdout.strip())
+        return measure(self, port, generations, place, timeout)
+
+    monkeypatch.setattr(hb.Bench, "_client", probed)
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "starts.jsonl"))
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    code = hb.main(["--server", str(fake_server(tmp_path)), "--model", str(model), "--out", str(tmp_path),
+                    "--rounds", "2", "--generations", "2", "--max-tokens", "3", "--settle", "0", "--noise", "cpu",
+                    "--affinity-only", "--infer-cpus", str(infer[0]), "--client", client,
+                    "--candidate", "pinned-fifo:policy=fifo,priority=30"])
+    assert code == 0
+    assert json.loads((tmp_path / "bench-llm-host.json").read_text())["client"] == client
+    # quiet, untuned, untuned with llama.cpp's threads, the candidate; in each of 2 rounds.
+    assert len(seen) == 8
+    if client == "housekeeping":
+        assert set(seen) == {"%s %d 1" % (housekeeping, os.SCHED_FIFO)}
+    else:
+        assert "%s %d 30" % (infer, os.SCHED_FIFO) in seen and "%s %d 0" % (cpus, os.SCHED_OTHER) in seen
