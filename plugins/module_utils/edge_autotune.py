@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Autotune of the runtime on the device itself: the candidate settings measured side by side with
 the bench's own code (edge_llm_bench: the same server placement and streaming client as
-`edgetune bench llm --host` and the deploy gate), the best inter-token P99 chosen (TTFT P99 as
+`edgetune bench llm --host` and the deploy gate; the client on the housekeeping CPUs), the best inter-token P99 chosen (TTFT P99 as
 tie-break), and the measurements and the choice recorded on the device, where edge_facts reads them
 and the plan (edge_plan.runtime_part) applies them. Python 3.8+, stdlib only.
 
@@ -115,7 +115,7 @@ def measure(server, model, cpus, candidates, backend="cpu", noise="none", rounds
                                  for c in candidates],
                       rounds=rounds, generations=generations, max_tokens=max_tokens, warmup=1,
                       prompt="Once upon a time", settle=1.0, ready_timeout=ready_timeout, request_timeout=120.0,
-                      affinity_only=True)
+                      affinity_only=True, client="housekeeping")
     bench = edge_llm_bench.Bench(options, say=say or (lambda text: None))
     try:
         stages, refusals, measured = bench.candidate_stages(None if noise == "none" else noise,

@@ -16,10 +16,12 @@ runs from the root cgroup with affinity, and the result says so.
 
 The client is the deploy gate's own (edge_llm.stream_completion), so numbers
 from a board (tools/bench-runtime over Ansible) and from a host mean the same.
-By default it runs with the placement and scheduling of the server it measures
-(an application in the same slice); ``--client housekeeping`` runs it as a
-fixed instrument instead, the same in every stage: on the housekeeping CPUs,
-SCHED_FIFO 1, so neither the noise nor the candidate's policy delays its reads.
+It is a fixed instrument, the same in every stage: on the housekeeping CPUs at
+SCHED_FIFO 1 (SCHED_OTHER where the kernel refuses RT), so neither the noise nor
+the candidate's policy delays its reads. ``--client server`` runs it with the
+placement and scheduling of the server it measures instead (an application in
+the same slice): there it competes with the server's threads for the inference
+CPUs, which favours candidates that leave a CPU free or run at RT priority.
 
 Run from any copy of the collection without installing anything:
 ``python3 plugins/module_utils/edge_llm_bench.py --help``.
@@ -287,8 +289,9 @@ def _move(pid, cgroup):
         pass
 
 
-def _placer(cgroup, cpus, policy="other", priority=0):
-    """preexec_fn: into the cgroup, onto the CPUs, with the policy (inherited by every thread it makes)."""
+def _placer(cgroup, cpus, policy="other", priority=0, rt_optional=False):
+    """preexec_fn: into the cgroup, onto the CPUs, with the policy (inherited by every thread it makes).
+    rt_optional: a refused RT policy leaves the process SCHED_OTHER instead of failing."""
     def place():
         step = "joining cgroup %s" % cgroup
         try:
@@ -300,7 +303,11 @@ def _placer(cgroup, cpus, policy="other", priority=0):
             step = "SCHED_%s priority %d" % (policy.upper(), priority)
             if policy in ("fifo", "rr"):
                 kind = os.SCHED_FIFO if policy == "fifo" else os.SCHED_RR
-                os.sched_setscheduler(0, kind, os.sched_param(priority))
+                try:
+                    os.sched_setscheduler(0, kind, os.sched_param(priority))
+                except OSError:
+                    if not rt_optional:
+                        raise
         except OSError as exc:
             # subprocess reports only "Exception occurred in preexec_fn": the cause goes to the child's
             # stderr (the server's log, or the pipe of the client), where the caller reads it.
@@ -469,8 +476,11 @@ class Bench:
                     cgroup, _note = self.cgroups.make("untuned", None)
                 noise = Noise(noise_kind, cgroup, cpus, len(self.cpus))
                 time.sleep(self.o.settle)
-            if getattr(self.o, "client", "server") == "housekeeping":
-                client_place = _placer(CGROUP_ROOT if self.cgroups.enabled else None, self.housekeeping, "fifo", 1)
+            if getattr(self.o, "client", "housekeeping") == "housekeeping":
+                # The instrument, the same in every stage: outside the server's CPUs, ahead of the noise
+                # (SCHED_FIFO 1 where the kernel grants it), so its reads wait on the server alone.
+                client_place = _placer(CGROUP_ROOT if self.cgroups.enabled else None, self.housekeeping or None,
+                                       "fifo", 1, rt_optional=True)
             runs = self._client(port, generations, client_place, timeout)
             threads = threads_of(proc.pid)
         finally:
@@ -634,7 +644,7 @@ def report(stages, candidates, options, host, stock_failed=None):
     return {"format": 1, "host": host, "backend": options.backend, "server": options.server,
             "model": os.path.basename(options.model), "rounds": options.rounds,
             "generations_per_stage": options.generations, "max_tokens": options.max_tokens,
-            "client": getattr(options, "client", "server"),
+            "client": getattr(options, "client", "housekeeping"),
             "candidates": candidates, "quiet": quiet, "noises": noises, "stages": stages}
 
 
@@ -721,9 +731,10 @@ def add_arguments(parser):
     parser.add_argument("--stock-timeout", type=float, default=30.0,
                         help="seconds one generation of the untuned server with llama.cpp's own thread count may "
                              "take before that stage is reported as not finishing (and not run again)")
-    parser.add_argument("--client", choices=("server", "housekeeping"), default="server",
-                        help="where the measuring client runs: with the server's placement and scheduling (an "
-                             "application in its slice), or on the housekeeping CPUs at SCHED_FIFO 1 in every stage")
+    parser.add_argument("--client", choices=("housekeeping", "server"), default="housekeeping",
+                        help="where the measuring client runs: on the housekeeping CPUs at SCHED_FIFO 1 in every "
+                             "stage (the default: a fixed instrument), or with the placement and scheduling of the "
+                             "server it measures (an application in its slice, competing with its threads)")
     parser.add_argument("--affinity-only", action="store_true", help="no cgroups: CPU affinity only")
     parser.add_argument("--out", default="reports", help="directory for bench-llm-host.json (and .png)")
 

@@ -159,3 +159,11 @@ def test_the_client_runs_where_it_is_asked_to_in_every_stage(tmp_path, monkeypat
         assert set(seen) == {"%s %d 1" % (housekeeping, os.SCHED_FIFO)}
     else:
         assert "%s %d 30" % (infer, os.SCHED_FIFO) in seen and "%s %d 0" % (cpus, os.SCHED_OTHER) in seen
+
+
+def test_the_instrument_runs_without_rt_where_the_kernel_refuses_it():
+    # Priority 0 is refused for SCHED_FIFO (EINVAL) as RT is where a cgroup has no budget.
+    probe = subprocess.run([sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"],
+                           preexec_fn=hb._placer(None, None, "fifo", 0, rt_optional=True),
+                           stdout=subprocess.PIPE, universal_newlines=True, check=True)
+    assert probe.stdout.strip() == str(os.SCHED_OTHER)
