@@ -37,6 +37,7 @@ import tarfile
 from urllib.parse import urlsplit
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import cached_json, controller_cache_dir
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 
 SCHEMA = "edgetune-artifact/1"
 KINDS = ("engine", "runtime")
@@ -51,7 +52,7 @@ CLAUSE_RE = re.compile(r"^(>=|<=|==|!=|>|<)?\s*(\d+(?:\.\d+)*)(\.\*)?$")
 PORTABLE_ENGINE_FORMATS = ("gguf",)
 
 
-class ArtifactError(Exception):
+class ArtifactError(EdgeError):
     """An artifact or manifest that must not be installed; the message says why."""
 
 

@@ -105,7 +105,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import
     describe_changes, pending_changes, split_cmdline, token_key)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import (
     format_cpulist, parse_cpulist, parse_cpumask)
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput, EdgeError
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import read_json
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_metrics import device_textfile
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import fmt, thread_mismatches, threads_of
@@ -266,11 +266,11 @@ def check_irq_affinity(check, root):
 def nvpmodel_query(root, conf, status_file):
     """``nvpmodel -q --verbose`` parsed (parse_query_output), on the device itself only."""
     if os.path.abspath(root) != "/":
-        raise ValueError("the running power mode is read with nvpmodel, which runs on the device root only")
+        raise BadInput("the running power mode is read with nvpmodel, which runs on the device root only")
     program = shutil.which("nvpmodel") or next((p for p in ("/usr/sbin/nvpmodel", "/usr/bin/nvpmodel")
                                                 if os.path.exists(p)), None)
     if program is None:
-        raise ValueError("nvpmodel is not installed (no nvpmodel on PATH, /usr/sbin or /usr/bin)")
+        raise BadInput("nvpmodel is not installed (no nvpmodel on PATH, /usr/sbin or /usr/bin)")
     argv = [program, "-q", "--verbose"]
     if conf != DEFAULT_CONF:
         argv += ["-f", conf]
@@ -279,8 +279,8 @@ def nvpmodel_query(root, conf, status_file):
     done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                           check=False)
     if done.returncode != 0:
-        raise ValueError("%s failed (rc %d): %s" % (" ".join(argv), done.returncode,
-                                                    (done.stderr or done.stdout).strip()[-200:]))
+        raise BadInput("%s failed (rc %d): %s" % (" ".join(argv), done.returncode,
+                                                  (done.stderr or done.stdout).strip()[-200:]))
     return parse_query_output(done.stdout + "\n" + done.stderr)
 
 
@@ -339,15 +339,15 @@ def check_pcie_vc(check, root):
 
 def check_jetson_clocks(check, root):
     if os.path.abspath(root) != "/":
-        raise ValueError("the clocks are read with jetson_clocks, which runs on the device root only")
+        raise BadInput("the clocks are read with jetson_clocks, which runs on the device root only")
     program = check.get("program") or find_program()
     if program is None:
-        raise ValueError("jetson_clocks is not installed (no jetson_clocks on PATH, /usr/bin or /usr/sbin)")
+        raise BadInput("jetson_clocks is not installed (no jetson_clocks on PATH, /usr/bin or /usr/sbin)")
     done = subprocess.run([program, "--show"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, check=False)
     if done.returncode != 0:
         output = (done.stderr or done.stdout).strip()[-200:]
-        raise ValueError("%s --show failed (rc %d): %s" % (program, done.returncode, output))
+        raise BadInput("%s --show failed (rc %d): %s" % (program, done.returncode, output))
     unpinned = not_pinned(parse_show(done.stdout))
     running = "restored" if unpinned else "pinned"
     if running == check["desired"]:
@@ -359,7 +359,7 @@ def check_jetson_clocks(check, root):
 
 def check_netqos(check, root):
     if os.path.abspath(root) != "/":
-        raise ValueError("the qdiscs and the classifier are read with the loader, on the device root only")
+        raise BadInput("the qdiscs and the classifier are read with the loader, on the device root only")
     argv = [check["python"], check["loader"], "check", "--config", "-", "--source", check["source"], "--json"]
     for name in check["interfaces"]:
         argv += ["--interface", name]
@@ -367,15 +367,15 @@ def check_netqos(check, root):
         done = subprocess.run(argv, input=json.dumps(check["config"]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               universal_newlines=True, check=False)
     except OSError as exc:
-        raise ValueError("cannot run the loader %s with %s: %s" % (check["loader"], check["python"],
-                                                                   exc.strerror or exc)) from None
+        raise BadInput("cannot run the loader %s with %s: %s" % (check["loader"], check["python"],
+                                                                 exc.strerror or exc)) from None
     try:
         report = json.loads(done.stdout) if done.returncode in (0, 1) else None
     except ValueError:
         report = None
     if not isinstance(report, dict) or not isinstance(report.get("interfaces"), dict):
         lines = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
-        raise ValueError("%s check failed (rc %d): %s" % (check["loader"], done.returncode, lines[-1][-300:]))
+        raise BadInput("%s check failed (rc %d): %s" % (check["loader"], done.returncode, lines[-1][-300:]))
     differs = dict((name, (report["interfaces"].get(name) or {"differences": ["not checked"]})["differences"])
                    for name in check["interfaces"])
     running = "; ".join("%s %s" % (name, "differs" if found else "in sync") for name, found in differs.items())
@@ -559,7 +559,7 @@ def read_record(root, record_dir, role):
     if doc is None:
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("checks"), list):
-        raise ValueError("%s is not an edgetune apply record (no list of checks)" % record_path(record_dir, role))
+        raise BadInput("%s is not an edgetune apply record (no list of checks)" % record_path(record_dir, role))
     return doc
 
 

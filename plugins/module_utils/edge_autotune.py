@@ -2,9 +2,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Autotune of the runtime on the device itself: the candidate settings measured side by side with
 the bench's own code (edge_llm_bench: the same server placement and streaming client as
-`edgetune bench llm --host` and the deploy gate; the client on the housekeeping CPUs), the best inter-token P99 chosen (TTFT P99 as
-tie-break), and the measurements and the choice recorded on the device, where edge_facts reads them
-and the plan (edge_plan.runtime_part) applies them. Python 3.8+, stdlib only.
+`edgetune bench llm --host` and the deploy gate, the client on the housekeeping CPUs), the best
+inter-token P99 chosen (TTFT P99 as tie-break), and the measurements and the choice recorded on the
+device, where edge_facts reads them and the plan (edge_plan.runtime_part) applies them. Python 3.8+, stdlib only.
 
 A candidate is ``NAME:key=value,...`` over the settings the role applies: ``policy`` (other,
 fifo, rr), ``priority`` (1-99 for fifo and rr) and ``threads`` (a rule: n, n-K, n/K, or a

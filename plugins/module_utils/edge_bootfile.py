@@ -23,6 +23,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import
     render_record,
 )
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import read_text
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput
 
 BOOTLOADERS = ("extlinux", "armbian", "uboot_menu", "grub")
 EXTLINUX_PATH = "/boot/extlinux/extlinux.conf"
@@ -48,8 +49,8 @@ def detect_bootloader(find_command, root="/"):
     """Name the boot configuration in use; ValueError listing what was looked for."""
     name, found = board_bootloader(root, find_command)
     if name is None:
-        raise ValueError("cannot detect the bootloader; looked for %s; set the bootloader option"
-                         % ", ".join(found))
+        raise BadInput("cannot detect the bootloader; looked for %s; set the bootloader option"
+                       % ", ".join(found))
     return name
 
 
@@ -69,7 +70,7 @@ def _read(path, missing_ok=False):
         return read_text(path)
     except UnicodeDecodeError as exc:
         line = exc.object.count(b"\n", 0, exc.start) + 1
-        raise ValueError(
+        raise BadInput(
             f"{path} is not UTF-8 text: byte 0x{exc.object[exc.start]:02x} on line {line} (offset {exc.start}) "
             "cannot be decoded; boot files are plain text: fix that line by hand, or put back an earlier copy "
             f"(edgetune's backups are {os.path.basename(path)}.edgetune-*.bak next to it)"
@@ -77,7 +78,7 @@ def _read(path, missing_ok=False):
     except OSError as exc:
         if missing_ok and not os.path.exists(path):
             return None
-        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        raise BadInput(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
 def boot_file(bootloader, path):
@@ -95,14 +96,14 @@ def require_boot_file(bootloader, path, find_command=None, root="/"):
         return
     name, found = board_bootloader(root, find_command or (lambda _name: None))
     if name is None:
-        raise ValueError(f"{needed} does not exist, and this board has none of the boot files edgetune edits "
-                         f"(looked for {', '.join(found)})")
+        raise BadInput(f"{needed} does not exist, and this board has none of the boot files edgetune edits "
+                       f"(looked for {', '.join(found)})")
     if name != bootloader:
-        raise ValueError(
+        raise BadInput(
             f"bootloader={bootloader} was asked for, but {needed} does not exist on this board, which boots "
             f"with {name} ({_under(root, found)}): set bootloader: {name}, or leave bootloader unset to detect it")
-    raise ValueError(f"{needed} does not exist; this board's {name} file is {_under(root, found)}: "
-                     "correct the path, or leave it unset")
+    raise BadInput(f"{needed} does not exist; this board's {name} file is {_under(root, found)}: "
+                   "correct the path, or leave it unset")
 
 
 def guard_plans(bootloader, plans, machine=None):
@@ -120,7 +121,7 @@ def _plan_one(path, planner, *planner_args, **planner_kwargs):
     try:
         return planner(*planner_args, **planner_kwargs)
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"{path}: {exc}") from exc
+        raise BadInput(f"{path}: {exc}") from exc
 
 
 def plan_files(bootloader, path, args, absent, extra_paths=(), fallback=True, running=None):
@@ -160,7 +161,7 @@ def plan_files(bootloader, path, args, absent, extra_paths=(), fallback=True, ru
             grub_name=grub_path, dropin_name=path)
         plans.append(FilePlan(path, text, after, persisted))
     else:
-        raise ValueError(f"unknown bootloader {bootloader!r}; use one of {', '.join(BOOTLOADERS)}")
+        raise BadInput(f"unknown bootloader {bootloader!r}; use one of {', '.join(BOOTLOADERS)}")
     return plans
 
 

@@ -84,6 +84,7 @@ import re
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import CBOOTARGS, render_cmdline, token_key
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput
 
 # COMMAND_LINE_SIZE by os.uname().machine (see "length" above).
 COMMAND_LINE_SIZE = {
@@ -124,7 +125,7 @@ _CPU_ITEM = re.compile(r"^([0-9]+)(?:-([0-9]+)(?::([0-9]+)/([0-9]+))?)?$")
 _CONTROL_NAMES = {0: "NUL", 9: "tab", 10: "newline", 13: "carriage return", 27: "escape", 127: "DEL"}
 
 
-class UnbootableEntry(ValueError):
+class UnbootableEntry(BadInput):
     """The planned entry fails the check; ``problems`` lists each reason with what to do."""
 
     def __init__(self, path, problems):
@@ -173,24 +174,24 @@ def key_value(token):
 def parse_kernel_cpulist(text):
     """The CPUs of a kernel cpu list (``0-3,6,8-15:2/4``); ValueError saying what is wrong."""
     if not text:
-        raise ValueError("the CPU list is empty")
+        raise BadInput("the CPU list is empty")
     cpus = set()
     for item in text.split(","):
         match = _CPU_ITEM.match(item)
         if not match:
-            raise ValueError(f"{item!r} is not a CPU number, a range a-b or a-b:used/group"
-                             + (" ('N' and 'all' are newer than the 5.10 kernels: write the numbers)"
-                                if item.lower() in ("n", "all") or item.endswith("-N") else ""))
+            raise BadInput(f"{item!r} is not a CPU number, a range a-b or a-b:used/group"
+                           + (" ('N' and 'all' are newer than the 5.10 kernels: write the numbers)"
+                              if item.lower() in ("n", "all") or item.endswith("-N") else ""))
         first = int(match.group(1))
         last = int(match.group(2)) if match.group(2) is not None else first
         if last < first:
-            raise ValueError(f"{item!r} is a range that goes down")
+            raise BadInput(f"{item!r} is a range that goes down")
         if last >= MAX_CPUS:
-            raise ValueError(f"{item!r} names a CPU above {MAX_CPUS - 1}, which no kernel here has")
+            raise BadInput(f"{item!r} names a CPU above {MAX_CPUS - 1}, which no kernel here has")
         if match.group(3) is not None:
             used, group = int(match.group(3)), int(match.group(4))
             if group == 0 or used == 0 or used > group:
-                raise ValueError(f"{item!r}: used/group needs 1 <= used <= group")
+                raise BadInput(f"{item!r}: used/group needs 1 <= used <= group")
             for start in range(first, last + 1, group):
                 cpus.update(range(start, min(start + used, last + 1)))
         else:
@@ -206,12 +207,12 @@ def parse_isolcpus(value):
     while parts and parts[0][:1].isalpha():
         flag = parts.pop(0)
         if flag not in ISOLCPUS_FLAGS:
-            raise ValueError(
+            raise BadInput(
                 f"unknown flag {flag!r} (the kernel knows {', '.join(ISOLCPUS_FLAGS)}; it skips or refuses "
                 "any other, and then may drop the whole isolation)")
         flags.append(flag)
     if not parts:
-        raise ValueError("no CPU list after the flags")
+        raise BadInput("no CPU list after the flags")
     return flags, parse_kernel_cpulist(",".join(parts))
 
 

@@ -15,7 +15,7 @@ import re
 import shutil
 import subprocess
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput, EdgeError
 
 DEFAULT_STORE_FILE = "/var/lib/edgetune/jetson_clocks.conf"
 
@@ -79,7 +79,7 @@ def parse_show(text):
         if match:
             show["power_mode"] = match.group(1)
     if not show["cpus"]:
-        raise ValueError("no 'cpuN: ... MinFreq=... MaxFreq=...' line in the output: %r" % text.strip()[:300])
+        raise BadInput("no 'cpuN: ... MinFreq=... MaxFreq=...' line in the output: %r" % text.strip()[:300])
     for number, cpu in show["cpus"].items():
         if cpu["online"] is None:
             # Newer releases: the header line tells; without it every listed CPU counts.

@@ -20,6 +20,7 @@ grub-mkconfig).
 import json
 import re
 from collections import OrderedDict
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput, BadType
 
 CBOOTARGS = "${cbootargs}"
 # The kernel's isspace(): these end a token outside double quotes.
@@ -60,7 +61,7 @@ def split_cmdline(text):
         else:
             current.append(char)
     if quote_at is not None:
-        raise ValueError(
+        raise BadInput(
             f"unbalanced double quote at character {quote_at + 1} "
             f"of kernel arguments {text!r}"
         )
@@ -92,27 +93,27 @@ def _matches_absent(token, item):
 
 def _check_items(name, items):
     if not isinstance(items, (list, tuple)):
-        raise TypeError(f"{name} must be a list of kernel arguments")
+        raise BadType(f"{name} must be a list of kernel arguments")
     for item in items:
         if not isinstance(item, str):
-            raise TypeError(f"{name}: {item!r} is not a string")
+            raise BadType(f"{name}: {item!r} is not a string")
         if not item.strip():
-            raise ValueError(f"{name}: empty kernel argument")
+            raise BadInput(f"{name}: empty kernel argument")
         if CBOOTARGS in item:
-            raise ValueError(
+            raise BadInput(
                 f"{name}: {CBOOTARGS} belongs to the bootloader and is never edited"
             )
         if "#" in item:
             # extlinux.conf drops everything after '#', even inside quotes.
-            raise ValueError(f"{name}: {item!r} contains '#', which bootloader files treat as a comment")
+            raise BadInput(f"{name}: {item!r} contains '#', which bootloader files treat as a comment")
         if split_cmdline(item) != [item]:
-            raise ValueError(
+            raise BadInput(
                 f"{name}: {item!r} must be exactly one kernel argument "
                 "(whitespace only inside double quotes)"
             )
         key = token_key(item)
         if not key or '"' in key:
-            raise ValueError(f"{name}: {item!r} has no usable parameter name")
+            raise BadInput(f"{name}: {item!r} has no usable parameter name")
 
 
 def validate_args(args, absent):
@@ -121,13 +122,13 @@ def validate_args(args, absent):
     _check_items("absent", absent)
     both = sorted({token_key(a) for a in args} & {token_key(a) for a in absent})
     if both:
-        raise ValueError(
+        raise BadInput(
             "these keys are both in args and absent: {}".format(", ".join(both))
         )
     for key in {token_key(a) for a in args}:
         forms = {"=" in a for a in args if token_key(a) == key}
         if len(forms) > 1:
-            raise ValueError(
+            raise BadInput(
                 f"args uses {key!r} both as a bare flag and as key=value; pick one"
             )
 
@@ -316,37 +317,37 @@ class ExtlinuxConfig:
     def _check(self):
         if not self.labels:
             if any(_LOWERCASE_UBOOT.match(body) for body, _ending in self.lines):
-                raise ValueError(
+                raise BadInput(
                     "no LABEL line: this file uses lowercase U-Boot keywords "
                     "(label/append/...), so it is not an L4TLauncher extlinux.conf "
                     "(L4TLauncher matches keywords case-sensitively)"
                 )
-            raise ValueError("no LABEL line: not an L4TLauncher extlinux.conf")
+            raise BadInput("no LABEL line: not an L4TLauncher extlinux.conf")
         if len(self.labels) > MAX_EXTLINUX_LABELS:
-            raise ValueError(
+            raise BadInput(
                 f"{len(self.labels)} labels, but L4TLauncher reads at most "
                 f"{MAX_EXTLINUX_LABELS}"
             )
         names = [label.name for label in self.labels]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ValueError("duplicate LABEL names: {}".format(", ".join(duplicates)))
+            raise BadInput("duplicate LABEL names: {}".format(", ".join(duplicates)))
         if self.default is None:
-            raise ValueError("no DEFAULT line; refusing to guess which label boots")
+            raise BadInput("no DEFAULT line; refusing to guess which label boots")
         label = self.default_label()
         if label is None:
-            raise ValueError(
+            raise BadInput(
                 "DEFAULT {!r} names no label (labels: {})".format(self.default, ", ".join(names))
             )
         if label.name == FALLBACK_LABEL:
-            raise ValueError(
+            raise BadInput(
                 f"DEFAULT is {FALLBACK_LABEL}, edgetune's own fallback; set DEFAULT back to the "
                 "label you want to tune"
             )
         if not label.append_lines:
-            raise ValueError(f"the default label {label.name!r} has no APPEND line")
+            raise BadInput(f"the default label {label.name!r} has no APPEND line")
         if len(label.append_lines) > 1:
-            raise ValueError(
+            raise BadInput(
                 f"the default label {label.name!r} has "
                 f"{len(label.append_lines)} APPEND lines; keep one"
             )
@@ -385,7 +386,7 @@ class ExtlinuxConfig:
         try:
             return split_cmdline(line.value)
         except ValueError as exc:
-            raise ValueError(f"APPEND of label {label.name!r}: {exc}") from exc
+            raise BadInput(f"APPEND of label {label.name!r}: {exc}") from exc
 
     def fallback_block(self, label):
         """Copy of ``label``'s lines renamed to the fallback label."""
@@ -478,7 +479,7 @@ def plan_extlinux(text, args, absent, fallback=True, running=None):
             if running is None or booted_with(old_tokens, new_tokens, running):
                 lines = _replace_lines(lines, existing.start, existing.end, block)
         elif len(config.labels) + 1 > MAX_EXTLINUX_LABELS:
-            raise ValueError(
+            raise BadInput(
                 f"adding the {FALLBACK_LABEL} label would make {len(config.labels) + 1} "
                 f"labels, but L4TLauncher reads at most {MAX_EXTLINUX_LABELS}: remove an "
                 "unused LABEL block from the file, or disable the fallback label "
@@ -526,7 +527,7 @@ def parse_armbian_env(text):
             continue
         key, equals, value = body.partition("=")
         if not equals or not key or key != key.strip() or " " in key or "\t" in key:
-            raise ValueError(
+            raise BadInput(
                 f"line {index + 1} is not key=value, a comment or blank: {body!r}"
             )
         env[key] = value  # env import -t: one key per line, the last wins
@@ -589,7 +590,7 @@ def plan_armbian(text, args, absent):
     persisted = armbian_boot_tokens(env)
     lingering = _absent_still_set(persisted, absent)
     if lingering:
-        raise ValueError(
+        raise BadInput(
             "absent {} would still be on the command line: boot-rk35xx.cmd adds it "
             "from an armbianEnv.txt setting other than extraargs (console, verbosity, "
             "docker_optimizations, ...); change that setting instead".format(", ".join(lingering))
@@ -608,24 +609,24 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 def _expand(text, position, env, where):
     """Expand ``$NAME``/``${NAME}`` at ``text[position]``; return (value, next position)."""
     if env is None:
-        raise ValueError(f"{where}: cannot evaluate {text!r}: it refers to a shell variable")
+        raise BadInput(f"{where}: cannot evaluate {text!r}: it refers to a shell variable")
     following = text[position + 1: position + 2]
     if following == "(":
-        raise ValueError(f"{where}: cannot evaluate command substitution in {text!r}")
+        raise BadInput(f"{where}: cannot evaluate command substitution in {text!r}")
     if following == "{":
         close = text.find("}", position)
         name = text[position + 2: close] if close > 0 else ""
         if not _NAME.fullmatch(name):
-            raise ValueError(f"{where}: cannot evaluate {text!r} (only ${{NAME}} is understood)")
+            raise BadInput(f"{where}: cannot evaluate {text!r} (only ${{NAME}} is understood)")
         end = close + 1
     else:
         match = _NAME.match(text, position + 1)
         if not match:
-            raise ValueError(f"{where}: cannot evaluate '$' in {text!r}")
+            raise BadInput(f"{where}: cannot evaluate '$' in {text!r}")
         name, end = match.group(0), match.end()
     value = env.get(name, "")
     if value is None:
-        raise ValueError(f"{where}: {text!r} uses ${name}, whose value cannot be evaluated")
+        raise BadInput(f"{where}: {text!r} uses ${name}, whose value cannot be evaluated")
     return value, end
 
 
@@ -636,7 +637,7 @@ def parse_shell_word(text, env, where):
     Command substitution and anything else we cannot evaluate raises ValueError.
     """
     if "`" in text or "$(" in text:
-        raise ValueError(f"{where}: cannot evaluate command substitution in {text!r}")
+        raise BadInput(f"{where}: cannot evaluate command substitution in {text!r}")
     value = []
     position = 0
     while position < len(text):
@@ -644,18 +645,18 @@ def parse_shell_word(text, env, where):
         if char in " \t":
             break
         if char in ";&|<>()":
-            raise ValueError(f"{where}: cannot evaluate {text!r} (not a plain assignment)")
+            raise BadInput(f"{where}: cannot evaluate {text!r} (not a plain assignment)")
         if char == "'":
             close = text.find("'", position + 1)
             if close < 0:
-                raise ValueError(f"{where}: unbalanced single quote in {text!r}")
+                raise BadInput(f"{where}: unbalanced single quote in {text!r}")
             value.append(text[position + 1: close])
             position = close + 1
         elif char == '"':
             position += 1
             while True:
                 if position >= len(text):
-                    raise ValueError(f"{where}: unbalanced double quote in {text!r}")
+                    raise BadInput(f"{where}: unbalanced double quote in {text!r}")
                 char = text[position]
                 if char == '"':
                     position += 1
@@ -695,7 +696,7 @@ def _parse_assignment(body, env, where):
     prefix, name, raw_value = match.group(1), match.group(2), match.group(3)
     value, rest = parse_shell_word(raw_value, env, where)
     if rest.strip() and not rest.strip().startswith("#"):
-        raise ValueError(f"{where}: cannot evaluate {body!r} (more than one word)")
+        raise BadInput(f"{where}: cannot evaluate {body!r} (more than one word)")
     return name, value, prefix, rest
 
 
@@ -713,7 +714,7 @@ def evaluate_shell_assignments(text, env, filename, needed=None):
         where = f"{filename} line {number}"
         match = _ASSIGNMENT.match(body)
         if not match:
-            raise ValueError(
+            raise BadInput(
                 f"{where}: cannot evaluate {body!r} (only NAME=value lines are understood)"
             )
         name = match.group(2)
@@ -734,7 +735,7 @@ def plan_kernel_cmdline(text, args, absent):
     """Edit a one-line command line file, keeping surrounding whitespace as found."""
     validate_args(args, absent)
     if len([line for line in text.splitlines() if line.strip()]) > 1:
-        raise ValueError("expected a single line of kernel arguments, found several")
+        raise BadInput("expected a single line of kernel arguments, found several")
     old_tokens = split_cmdline(text)
     new_tokens = apply_args(old_tokens, args, absent)
     if new_tokens == old_tokens:
@@ -758,7 +759,7 @@ def plan_uboot_default(text, args, absent, filename="/etc/default/u-boot"):
         if match and match.group(2) == "U_BOOT_PARAMETERS":
             found = index
     if found is None:
-        raise ValueError(
+        raise BadInput(
             f"{filename} has no U_BOOT_PARAMETERS line; u-boot-update would use its built-in "
             "default, which cannot be read from here: add the line, or create "
             "/etc/kernel/cmdline"
@@ -787,7 +788,7 @@ def grub_dropin_tokens(text, filename="99-edgetune.cfg"):
     assignments = [body for body, _e in split_lines(text)
                    if body.strip() and not body.strip().startswith("#")]
     if len(assignments) != 1 or not _GRUB_DROPIN_LINE.match(assignments[0]):
-        raise ValueError(
+        raise BadInput(
             f"{filename} was not written by edgetune (expected one line "
             'GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX ..."); move it aside'
         )
@@ -842,7 +843,7 @@ def plan_grub(text, args, absent, grub_text, dropins, grub_name="/etc/default/gr
             if item not in _absent_still_set(grub_persisted_tokens(env), absent):
                 del set_by[item]
     if set_by:
-        raise ValueError(
+        raise BadInput(
             "absent items are still set in files edgetune does not edit: "
             + "; ".join(f"{item} in {name}" for item, name in sorted(set_by.items()))
         )
@@ -850,7 +851,7 @@ def plan_grub(text, args, absent, grub_text, dropins, grub_name="/etc/default/gr
     lost = [arg for arg in args if arg not in persisted]
     if lost:
         later = [name for name in sorted(in_order) if name > dropin_name]
-        raise ValueError(
+        raise BadInput(
             f"{', '.join(lost)} would not reach the command line: a drop-in sorted after "
             f"{dropin_name} resets GRUB_CMDLINE_LINUX ({', '.join(later) or 'none found'})"
         )
@@ -885,14 +886,14 @@ def parse_record(text, name="the record"):
     if (not isinstance(args, list) or not all(isinstance(a, str) for a in args)
             or not isinstance(replaced, dict)
             or not all(isinstance(v, list) and all(isinstance(t, str) for t in v) for v in replaced.values())):
-        raise ValueError(
+        raise BadInput(
             f"{name} is not a record of managed boot arguments (JSON with a list 'args'): "
             "fix it, or remove it if edgetune never set boot arguments here (the boot files' "
             "edgetune backups, next to them, hold their earlier content)"
         )
     unbooted = data.get("unbooted")
     if unbooted is not None and not _is_unbooted(unbooted):
-        raise ValueError(
+        raise BadInput(
             f"{name}: 'unbooted' is not an object with a string 'boot_id' and lists 'args' and 'absent': "
             "remove that key (it only remembers changes waiting for a reboot)"
         )

@@ -9,6 +9,8 @@ through these functions so that ranges, masks and validation behave the same
 everywhere.
 """
 
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput
+
 
 def parse_cpulist(text):
     """'0-3,6,8-11:2' -> [0, 1, 2, 3, 6, 8, 10].  Empty text -> [].
@@ -36,7 +38,7 @@ def parse_cpulist(text):
                     raise ValueError
                 cpus.add(value)
         except ValueError:
-            raise ValueError("invalid CPU list item %r in %r" % (part, text)) from None
+            raise BadInput("invalid CPU list item %r in %r" % (part, text)) from None
     return sorted(cpus)
 
 
@@ -62,7 +64,7 @@ def parse_cpumask(text):
         for word in words:
             value = (value << 32) | int(word, 16)
     except ValueError:
-        raise ValueError("invalid CPU mask %r" % text) from None
+        raise BadInput("invalid CPU mask %r" % text) from None
     return [bit for bit in range(value.bit_length()) if value >> bit & 1]
 
 

@@ -24,7 +24,7 @@ import errno
 import os
 import re
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput, EdgeError
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import (
     read_kernel_value as read_sysfs, under, write_kernel_value as write_sysfs)
 
@@ -65,7 +65,7 @@ def _read_int(path):
     try:
         return int(text)
     except ValueError:
-        raise ValueError("%s: expected an integer, read %r" % (path, text)) from None
+        raise BadInput("%s: expected an integer, read %r" % (path, text)) from None
 
 
 def parse_cpulist(text):
@@ -215,10 +215,10 @@ def read_available(kind, directory, name):
         try:
             frequencies = sorted(set(int(x) for x in table.split()))
         except ValueError:
-            raise ValueError("%s: cannot parse frequency table %r" % (directory, table)) from None
+            raise BadInput("%s: cannot parse frequency table %r" % (directory, table)) from None
     if low is None:
         if not frequencies:
-            raise ValueError("%s: no available_frequencies to validate against" % directory)
+            raise BadInput("%s: no available_frequencies to validate against" % directory)
         low, high = frequencies[0], frequencies[-1]
     return {
         "name": name,
@@ -244,7 +244,7 @@ def resolve_freq(attr, value, available, snap="exact"):
     table = available["frequencies"]
     low, high = available["range"]
     if snap not in SNAPS:
-        raise ValueError("snap %r is not one of %s" % (snap, ", ".join(SNAPS)))
+        raise BadInput("snap %r is not one of %s" % (snap, ", ".join(SNAPS)))
     if value in ("min", "max"):
         if table:
             return table[0] if value == "min" else table[-1]
@@ -252,18 +252,18 @@ def resolve_freq(attr, value, available, snap="exact"):
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError("%s %r on %s: give a frequency in %s, or min or max"
-                         % (attr, value, name, unit))
+        raise BadInput("%s %r on %s: give a frequency in %s, or min or max"
+                       % (attr, value, name, unit))
     if not low <= value <= high:
-        raise ValueError("%s %d %s on %s is out of range %d..%d %s (%s)"
-                         % (attr, value, unit, name, low, high, unit, available["range_source"]))
+        raise BadInput("%s %d %s on %s is out of range %d..%d %s (%s)"
+                       % (attr, value, unit, name, low, high, unit, available["range_source"]))
     if not table or value in table:
         return value
     below = [step for step in table if step < value]
     above = [step for step in table if step > value]
     if snap == "exact":
         nearest = below[-1:] + above[:1]
-        raise ValueError(
+        raise BadInput(
             "%s %d %s on %s is not an available frequency; nearest steps: %s "
             "(set snap to down, up or nearest to round; available: %s)"
             % (attr, value, unit, name, _steps_text(nearest), _steps_text(table)))
@@ -274,9 +274,9 @@ def resolve_freq(attr, value, available, snap="exact"):
     if snap == "nearest":
         # Ties go to the lower step (the cooler choice).
         return min(below[-1:] + above[:1], key=lambda step: (abs(step - value), step))
-    raise ValueError("%s %d %s on %s: no available frequency %s it; available: %s"
-                     % (attr, value, unit, name, "at or below" if snap == "down" else "at or above",
-                        _steps_text(table)))
+    raise BadInput("%s %d %s on %s: no available frequency %s it; available: %s"
+                   % (attr, value, unit, name, "at or below" if snap == "down" else "at or above",
+                      _steps_text(table)))
 
 
 def resolve(current, desired, available, snap="exact"):
@@ -291,10 +291,10 @@ def resolve(current, desired, available, snap="exact"):
     if governor is not None:
         governors = available["governors"]
         if not isinstance(governor, str) or not governor or governor.split() != [governor]:
-            raise ValueError("governor %r on %s is not a governor name" % (governor, name))
+            raise BadInput("governor %r on %s is not a governor name" % (governor, name))
         if governors is not None and governor not in governors:
-            raise ValueError("governor %r not available on %s; available: %s"
-                             % (governor, name, " ".join(governors)))
+            raise BadInput("governor %r not available on %s; available: %s"
+                           % (governor, name, " ".join(governors)))
         final["governor"] = governor
     for attr in FREQ_ATTRS:
         if desired.get(attr) is not None:
@@ -302,7 +302,7 @@ def resolve(current, desired, available, snap="exact"):
     new_min = final.get("min_freq", current["min_freq"])
     new_max = final.get("max_freq", current["max_freq"])
     if new_min > new_max:
-        raise ValueError(
+        raise BadInput(
             "min_freq %d %s%s > max_freq %d %s%s on %s"
             % (new_min, unit, "" if "min_freq" in final else " (current)",
                new_max, unit, "" if "max_freq" in final else " (current)", name))

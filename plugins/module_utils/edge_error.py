@@ -1,11 +1,13 @@
 # Copyright: edgetune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The one error type of the settings the boot program re-applies.
+"""The one error hierarchy of the code edgetune runs, on the controller and on the device.
 
-Raised by the code the modules and the boot program share (interrupts, DVFS,
-PCIe TC/VC mappings, the RT budget, jetson_clocks) for an expected failure: a
-message per problem, each saying what is wrong and what to do, and result keys
-a module passes to fail_json. Python 3.8+, stdlib only.
+EdgeError is an expected failure: a message per problem, each saying what is
+wrong and what to do, and result keys a module passes to fail_json. BadInput is
+the part of it that refuses input (a value, a file the code cannot handle);
+it is also a ValueError, so code that validates with ``except ValueError``
+keeps working. Every error class of the module utilities derives from one of
+the two. Python 3.8+, stdlib only.
 """
 
 
@@ -16,3 +18,11 @@ class EdgeError(Exception):
         self.errors = [errors] if isinstance(errors, str) else [str(e) for e in errors]
         super().__init__("; ".join(self.errors))
         self.details = details
+
+
+class BadInput(EdgeError, ValueError):
+    """Refused input: a value or a file the code cannot handle; the message says which and why."""
+
+
+class BadType(BadInput, TypeError):
+    """Refused input of the wrong type (a string where a list is asked, say); also a TypeError."""

@@ -17,6 +17,7 @@ import shutil
 import stat
 import tempfile
 import time
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput
 
 BACKUP_MARKER = ".edgetune-"
 BACKUP_SUFFIX = ".bak"
@@ -210,4 +211,4 @@ def read_json(path, shown=None):
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise ValueError("cannot read %s: %s" % (shown or path, getattr(exc, "strerror", None) or exc)) from None
+        raise BadInput("cannot read %s: %s" % (shown or path, getattr(exc, "strerror", None) or exc)) from None

@@ -18,6 +18,7 @@ uint64 count, then the elements.
 """
 
 import struct
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -46,7 +47,7 @@ FILE_TYPES = {
 }
 
 
-class GGUFError(Exception):
+class GGUFError(BadInput):
     """A file that is not a readable GGUF model; the message says where and why."""
 
 

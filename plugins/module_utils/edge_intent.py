@@ -31,6 +31,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils import edge_netqos_
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_numa as numa
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_pcie as pcie
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput
 
 # Variables of the playbooks themselves (not of a role), in the argument spec form.
 PLAYBOOK_OPTIONS = {
@@ -114,7 +115,7 @@ _RUNTIME_ENV_OWN = {"EDGETUNE_HOST": "edge_runtime_host", "EDGETUNE_PORT": "edge
 _MAX_SHOWN = 120
 
 
-class IntentError(ValueError):
+class IntentError(BadInput):
     """A bad value; ``variable`` names the variable it belongs to."""
 
     def __init__(self, message, variable=None):
@@ -335,12 +336,12 @@ def memory_bytes(value, ram):
     if match:
         percent = float(match.group(1))
         if percent > 100:
-            raise ValueError("%s is more than 100%% of the RAM" % text)
+            raise BadInput("%s is more than 100%% of the RAM" % text)
         return int(ram * percent / 100)
     match = _SIZE.match(text)
     if match:
         return int(match.group(1)) * _UNITS[match.group(2)]
-    raise ValueError("%r is not NN%%, bytes with an optional K/M/G/T suffix, infinity or empty" % text)
+    raise BadInput("%r is not NN%%, bytes with an optional K/M/G/T suffix, infinity or empty" % text)
 
 
 def _human(size):

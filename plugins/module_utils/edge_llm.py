@@ -18,11 +18,12 @@ import json
 import time
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_latency import percentile
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 
 DONE = "[DONE]"
 
 
-class LLMError(Exception):
+class LLMError(EdgeError):
     """A server that does not answer as an LLM server should; the message says what it did."""
 
 

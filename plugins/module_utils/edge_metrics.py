@@ -17,6 +17,7 @@ __metaclass__ = type
 
 import collections
 import math
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput
 
 # Who writes a family: the device's own audit timer, the controller's `edgetune audit`, or both.
 DEVICE = "device"
@@ -83,10 +84,10 @@ def render(samples, writer):
     for name, rows in samples.items():
         metric = BY_NAME.get(name)
         if metric is None or writer not in metric.writers:
-            raise ValueError("%s is not a metric the %s writes (edge_metrics.METRICS)" % (name, writer))
+            raise BadInput("%s is not a metric the %s writes (edge_metrics.METRICS)" % (name, writer))
         for labels, _value in rows:
             if sorted(labels) != sorted(metric.labels):
-                raise ValueError("%s takes the labels %s, not %s" % (name, list(metric.labels), sorted(labels)))
+                raise BadInput("%s takes the labels %s, not %s" % (name, list(metric.labels), sorted(labels)))
     lines = []
     for metric in METRICS:
         if writer not in metric.writers:

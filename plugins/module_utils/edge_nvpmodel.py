@@ -26,6 +26,7 @@ What ``nvpmodel`` prints (L4T's nvpmodel; rbonghi/jetson_stats parses the same l
 """
 
 import re
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput
 
 DEFAULT_CONF = "/etc/nvpmodel.conf"
 DEFAULT_STATUS_FILE = "/var/lib/nvpmodel/status"
@@ -138,18 +139,18 @@ def parse_conf(text):
             kind, attrs = header.group(1), _attrs(header.group(2))
             if kind == "PARAM":
                 if "NAME" not in attrs or attrs.get("TYPE") not in ("FILE", "CLOCK"):
-                    raise ValueError(f"line {lineno}: PARAM needs TYPE=FILE|CLOCK and NAME: {raw!r}")
+                    raise BadInput(f"line {lineno}: PARAM needs TYPE=FILE|CLOCK and NAME: {raw!r}")
                 params[attrs["NAME"]] = {"type": attrs["TYPE"], "args": {}}
                 section = ("PARAM", attrs["NAME"])
             elif kind == "POWER_MODEL":
                 if "ID" not in attrs or "NAME" not in attrs:
-                    raise ValueError(f"line {lineno}: POWER_MODEL needs ID and NAME: {raw!r}")
+                    raise BadInput(f"line {lineno}: POWER_MODEL needs ID and NAME: {raw!r}")
                 try:
                     mode_id = int(attrs["ID"])
                 except ValueError:
-                    raise ValueError(f"line {lineno}: POWER_MODEL ID is not a number: {raw!r}") from None
+                    raise BadInput(f"line {lineno}: POWER_MODEL ID is not a number: {raw!r}") from None
                 if any(m.id == mode_id for m in modes):
-                    raise ValueError(f"line {lineno}: POWER_MODEL ID={mode_id} defined twice")
+                    raise BadInput(f"line {lineno}: POWER_MODEL ID={mode_id} defined twice")
                 mode = Mode(mode_id, attrs["NAME"])
                 modes.append(mode)
                 section = ("POWER_MODEL", mode)
@@ -157,33 +158,33 @@ def parse_conf(text):
                 try:
                     default_id = int(attrs["DEFAULT"])
                 except (KeyError, ValueError):
-                    raise ValueError(f"line {lineno}: PM_CONFIG needs DEFAULT=<id>: {raw!r}") from None
+                    raise BadInput(f"line {lineno}: PM_CONFIG needs DEFAULT=<id>: {raw!r}") from None
                 section = ("PM_CONFIG", None)
             continue
 
         if line.startswith("<"):
-            raise ValueError(f"line {lineno}: unknown section header: {raw!r}")
+            raise BadInput(f"line {lineno}: unknown section header: {raw!r}")
         fields = line.split()
         if section is None or section[0] == "PM_CONFIG":
-            raise ValueError(f"line {lineno}: text outside a PARAM or POWER_MODEL section: {raw!r}")
+            raise BadInput(f"line {lineno}: text outside a PARAM or POWER_MODEL section: {raw!r}")
         if section[0] == "PARAM":
             if len(fields) != 2:
-                raise ValueError(f"line {lineno}: expected 'ARG_NAME /path': {raw!r}")
+                raise BadInput(f"line {lineno}: expected 'ARG_NAME /path': {raw!r}")
             params[section[1]]["args"][fields[0]] = fields[1]
         else:
             if len(fields) != 3:
-                raise ValueError(f"line {lineno}: expected 'PARAM ARG VALUE': {raw!r}")
+                raise BadInput(f"line {lineno}: expected 'PARAM ARG VALUE': {raw!r}")
             param, arg, value = fields
             if param not in params or arg not in params[param]["args"]:
-                raise ValueError(f"line {lineno}: {param} {arg} is not defined by a PARAM section")
+                raise BadInput(f"line {lineno}: {param} {arg} is not defined by a PARAM section")
             section[1].settings.append((param, arg, value))
 
     if not modes:
-        raise ValueError("no POWER_MODEL section: not an nvpmodel configuration")
+        raise BadInput("no POWER_MODEL section: not an nvpmodel configuration")
     if default_id is None:
-        raise ValueError("no '< PM_CONFIG DEFAULT=<id> >' section: nvpmodel requires one")
+        raise BadInput("no '< PM_CONFIG DEFAULT=<id> >' section: nvpmodel requires one")
     if not any(m.id == default_id for m in modes):
-        raise ValueError(f"PM_CONFIG DEFAULT={default_id} names no POWER_MODEL")
+        raise BadInput(f"PM_CONFIG DEFAULT={default_id} names no POWER_MODEL")
     return NvpConf(params, modes, default_id)
 
 
@@ -202,10 +203,10 @@ def parse_query_output(text):
             continue
         following = [item for item in lines[idx + 1:] if item]
         if not following or not re.match(r"^\d+$", following[0]):
-            raise ValueError(f"no mode id after {line!r} in nvpmodel output")
+            raise BadInput(f"no mode id after {line!r} in nvpmodel output")
         params = [m.groupdict() for m in map(_VERBOSE_PARAM_RE.search, lines) if m]
         return {"name": match.group(1), "id": int(following[0]), "params": params}
-    raise ValueError(f"no 'NV Power Mode:' line in nvpmodel output: {text.strip()[:300]!r}")
+    raise BadInput(f"no 'NV Power Mode:' line in nvpmodel output: {text.strip()[:300]!r}")
 
 
 def pending_settings(query):

@@ -31,7 +31,7 @@ import re
 import struct
 import time
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput, EdgeError
 
 CONFIG_SIZES = (256, 4096)
 STD_CONFIG_SIZE = 256
@@ -79,11 +79,11 @@ POLL_INTERVAL = 0.01
 STATE_KEYS = ("device", "device_class", "tcs", "vc_id", "timeout", "fail_unsupported")
 
 
-class ConfigSpaceError(ValueError):
+class ConfigSpaceError(BadInput):
     """The bytes are not a usable configuration space image."""
 
 
-class MappingError(ValueError):
+class MappingError(BadInput):
     """The requested mapping does not fit this device (bad TC, VC ID not present...)."""
 
 
@@ -424,7 +424,7 @@ def normalize_bdf(text):
     """'01:00.0' -> '0000:01:00.0'; raises ValueError for anything else."""
     match = BDF_RE.match(text.strip()) if isinstance(text, str) else None
     if not match:
-        raise ValueError("%r is not a PCI address like 0000:01:00.0" % (text,))
+        raise BadInput("%r is not a PCI address like 0000:01:00.0" % (text,))
     domain, bus, dev, fn = match.groups()
     return ("%s:%s:%s.%s" % (domain or "0000", bus, dev, fn)).lower()
 
@@ -467,8 +467,8 @@ def parse_class(text):
     if value.startswith("0x"):
         value = value[2:]
     if len(value) not in (4, 6) or not re.match(r"^[0-9a-f]+$", value):
-        raise ValueError("device_class %r is not a PCI class like 0x0108 (class and subclass) or 0x010802"
-                         % (text,))
+        raise BadInput("device_class %r is not a PCI class like 0x0108 (class and subclass) or 0x010802"
+                       % (text,))
     return int(value, 16), len(value) * 4
 
 
@@ -509,7 +509,7 @@ def write_register(path, offset, value):
     No O_CREAT: a missing config file is an error, never a new file.
     """
     if offset & 3:
-        raise ValueError("unaligned 32-bit write at 0x%03x" % offset)
+        raise BadInput("unaligned 32-bit write at 0x%03x" % offset)
     fd = os.open(path, os.O_WRONLY)
     try:
         done = os.pwrite(fd, struct.pack("<I", value & 0xFFFFFFFF), offset)

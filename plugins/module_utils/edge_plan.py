@@ -32,6 +32,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit, 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_llm_bench import resolve_threads
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import compute_threads
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput
 
 PLAN_VERSION = 1
 
@@ -68,7 +69,7 @@ OBSERVED = {"cpu": ("offline_inference",),
             "runtime": ("autotune_measure",)}
 
 
-class PlanError(ValueError):
+class PlanError(BadInput):
     """The intent cannot be planned on this board (the validation should have said why)."""
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput
 
 RELEASE_FILE = "release.json"
 # Files up to this size are checked by their sha256 (the programs, configs); bigger ones (a model)
@@ -56,12 +57,12 @@ def unit_state(service):
     """systemd's ActiveState, UnitFileState and MainPID of ``service``; ValueError when unreadable."""
     systemctl = shutil.which("systemctl")
     if systemctl is None:
-        raise ValueError("systemctl is not installed: %s cannot be read" % service)
+        raise BadInput("systemctl is not installed: %s cannot be read" % service)
     done = subprocess.run([systemctl, "show", "--property=ActiveState", "--property=UnitFileState",
                            "--property=MainPID", service], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, check=False)
     if done.returncode != 0:
-        raise ValueError("systemctl show %s failed: %s" % (service, (done.stderr or done.stdout).strip()[-200:]))
+        raise BadInput("systemctl show %s failed: %s" % (service, (done.stderr or done.stdout).strip()[-200:]))
     state = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
     try:
         state["MainPID"] = int(state.get("MainPID") or 0)

@@ -294,7 +294,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import
     split_cmdline,
     validate_args,
 )
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput, BadType, EdgeError  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import (  # noqa: E402
     atomic_write,
     prune_backups,
@@ -316,7 +316,7 @@ def default_update_command(bootloader, find_command):
     if bootloader == "uboot_menu":
         program = find_command("u-boot-update")
         if not program:
-            raise ValueError("u-boot-update not found: install u-boot-menu or set update_command")
+            raise BadInput("u-boot-update not found: install u-boot-menu or set update_command")
         return [program]
     if bootloader == "grub":
         program = find_command("update-grub")
@@ -325,7 +325,7 @@ def default_update_command(bootloader, find_command):
         program = find_command("grub-mkconfig")
         if program:
             return [program, "-o", "/boot/grub/grub.cfg"]
-        raise ValueError("neither update-grub nor grub-mkconfig found: set update_command")
+        raise BadInput("neither update-grub nor grub-mkconfig found: set update_command")
     return None
 
 
@@ -349,11 +349,11 @@ def list_option(params, name):
     if value is None:
         return []
     if isinstance(value, str):
-        raise TypeError(
+        raise BadType(
             f"{name} must be a list of strings, not the string {value!r}: write it as a YAML list "
             f"({name}: [{value}]); a string is not split at commas, since isolcpus=1,2 is one argument")
     if not isinstance(value, (list, tuple)):
-        raise TypeError(f"{name} must be a list of strings, not {type(value).__name__} {value!r}")
+        raise BadType(f"{name} must be a list of strings, not {type(value).__name__} {value!r}")
     return list(value)
 
 
@@ -437,7 +437,7 @@ def run_module(params, check_mode=False, want_diff=False, run_command=None,
     fallback = params.get("fallback", True)
     bootloader = params.get("bootloader") or detect_bootloader(find_command, root)
     if extra_paths and bootloader != "extlinux":
-        raise ValueError("extra_paths is only for bootloader=extlinux")
+        raise BadInput("extra_paths is only for bootloader=extlinux")
     path = params.get("path") or default_path(bootloader, root)
     require_boot_file(bootloader, path, find_command, root)
 

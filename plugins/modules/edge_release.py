@@ -515,10 +515,10 @@ def main():
     try:
         result, before, after = run(params, module.check_mode, module.run_command)
         final = state_of(params["root"]) if not module.check_mode else after
-    except EdgeError as exc:
-        module.fail_json(msg=str(exc), **exc.details)
     except (OSError, ArtifactError) as exc:
         module.fail_json(msg="release under %s failed: %s" % (params["root"], exc))
+    except EdgeError as exc:
+        module.fail_json(msg=str(exc), **exc.details)
     if not module.check_mode and (final["current"], final["previous"], sorted(final["releases"])) != (
             after["current"], after["previous"], sorted(after["releases"])):
         module.fail_json(msg="read-back: expected %s, found %s" % (describe(after), describe(final)))

@@ -1,9 +1,9 @@
 """Token latency of the deployed llama-server under noise: the numbers and the report of tools/bench-runtime.
 
 The measuring runs on the device, with its system Python and no edgetune
-installed: ``device_program()`` is plugins/module_utils/edge_latency.py and
-edge_llm.py (the deploy gate's own streaming client) followed by a small
-command line, piped to ``python3 -``:
+installed: ``device_program()`` is plugins/module_utils/edge_error.py,
+edge_latency.py and edge_llm.py (the deploy gate's own streaming client)
+followed by a small command line, piped to ``python3 -``:
 
     python3 - ready PORT TIMEOUT            wait until /health answers 200
     python3 - measure '{"port": ..., ...}'  streamed generations -> JSON runs
@@ -23,7 +23,7 @@ from edgetune.errors import UsageError
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm_bench
 
 MODULE_UTILS = Path(__file__).resolve().parents[2] / "plugins" / "module_utils"
-# The one import between the two piped files; on the device both are one script.
+# The imports between the piped files; on the device they are one script.
 _COLLECTION_IMPORT = re.compile(r"^from ansible_collections\.\S+ import .*$", re.M)
 
 QUIET, UNTUNED, TUNED = "quiet", "noisy untuned", "noisy tuned"
@@ -59,9 +59,9 @@ if __name__ == "__main__":
 
 def device_program():
     """The Python source the device runs (stdlib only, Python 3.8)."""
-    latency = (MODULE_UTILS / "edge_latency.py").read_text()
-    llm = _COLLECTION_IMPORT.sub("", (MODULE_UTILS / "edge_llm.py").read_text())
-    return latency + "\n\n" + llm + _DRIVER
+    parts = [_COLLECTION_IMPORT.sub("", (MODULE_UTILS / name).read_text())
+             for name in ("edge_error.py", "edge_latency.py", "edge_llm.py")]
+    return "\n\n".join(parts) + _DRIVER
 
 
 # The host bench's summary: a board's numbers and a host's are computed alike.
