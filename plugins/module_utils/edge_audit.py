@@ -385,6 +385,17 @@ def check_netqos(check, root):
     return "ok", "", None, running
 
 
+def runtime_release_check(root, release, artifacts, service, expect):
+    """Role edge_runtime's release check for the drift audit: the release ``release`` serves from
+    ``root`` (its ``current`` link), its files match ``artifacts`` (a list of {kind, sha256}, as the
+    deploy resolved them), ``service`` is enabled and active, and its threads run as ``expect``
+    (what the gates accepted: policy, priority, CPUs). Checked against CHECK_SCHEMA."""
+    check = {"setting": "runtime release", "role": "edge_runtime", "kind": "runtime", "root": root,
+             "release": release or "", "service": service,
+             "artifacts": {item["kind"]: item["sha256"] for item in artifacts or []}, "expect": dict(expect or {})}
+    return validate_checks([check], "edge_runtime")[0]
+
+
 def check_runtime(check, root):
     release_dir = os.path.join(check["root"], "releases", check["release"])
     try:

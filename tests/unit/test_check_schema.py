@@ -209,3 +209,17 @@ def test_the_bootargs_check_is_well_formed_from_the_plan():
                        "bootloader": "extlinux", "path": "/boot/extlinux/extlinux.conf", "args": ["isolcpus=4-7"],
                        "absent": ["quiet"], "record": "/etc/edgetune/bootargs.json", "keep": ["root"]}]
     assert edge_audit.validate_checks(checks, "edge_bootargs") == checks
+
+
+def test_the_runtime_release_check_is_well_formed_from_the_deploy():
+    check = edge_audit.runtime_release_check(
+        "/opt/edgetune/runtime", "llama-0.5.0", [{"kind": "runtime", "sha256": "aa", "path": "/x"},
+                                                 {"kind": "engine", "sha256": "bb"}],
+        "edgetune-runtime.service", {"policy": "other", "cpus": "4-7"})
+    assert check == {"setting": "runtime release", "role": "edge_runtime", "kind": "runtime",
+                     "root": "/opt/edgetune/runtime", "release": "llama-0.5.0", "service": "edgetune-runtime.service",
+                     "artifacts": {"runtime": "aa", "engine": "bb"}, "expect": {"policy": "other", "cpus": "4-7"}}
+    # Check mode before the first deploy: no release yet, still a well-formed check.
+    assert edge_audit.runtime_release_check("/opt/r", None, None, "u.service", None)["release"] == ""
+    with pytest.raises(EdgeError, match="check 'runtime release': service is None"):
+        edge_audit.runtime_release_check("/opt/r", "x", [], None, {})
