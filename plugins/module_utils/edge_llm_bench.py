@@ -17,7 +17,8 @@ runs from the root cgroup with affinity, and the result says so.
 The client is the deploy gate's own (edge_llm.stream_completion), so numbers
 from a board (tools/bench-runtime over Ansible) and from a host mean the same.
 It is a fixed instrument, the same in every stage: on the housekeeping CPUs at
-SCHED_FIFO 1 (SCHED_OTHER where the kernel refuses RT), so neither the noise nor
+SCHED_FIFO 1 (each where the kernel grants it: a twin's or a container's cgroup
+may refuse either), so neither the noise nor
 the candidate's policy delays its reads. ``--client server`` runs it with the
 placement and scheduling of the server it measures instead (an application in
 the same slice): there it competes with the server's threads for the inference
@@ -289,31 +290,36 @@ def _move(pid, cgroup):
         pass
 
 
-def _placer(cgroup, cpus, policy="other", priority=0, rt_optional=False):
+def _placer(cgroup, cpus, policy="other", priority=0, best_effort=False):
     """preexec_fn: into the cgroup, onto the CPUs, with the policy (inherited by every thread it makes).
-    rt_optional: a refused RT policy leaves the process SCHED_OTHER instead of failing."""
+    best_effort: a step the kernel refuses is left out (the process stays as placed so far) instead of
+    failing, for the measuring client."""
     def place():
         step = "joining cgroup %s" % cgroup
         try:
             if cgroup:
-                _write(os.path.join(cgroup, "cgroup.procs"), os.getpid())
+                _optional(best_effort, _write, os.path.join(cgroup, "cgroup.procs"), os.getpid())
             step = "pinning to CPUs %s" % format_cpulist(cpus or [])
             if cpus:
-                os.sched_setaffinity(0, cpus)
+                _optional(best_effort, os.sched_setaffinity, 0, cpus)
             step = "SCHED_%s priority %d" % (policy.upper(), priority)
             if policy in ("fifo", "rr"):
                 kind = os.SCHED_FIFO if policy == "fifo" else os.SCHED_RR
-                try:
-                    os.sched_setscheduler(0, kind, os.sched_param(priority))
-                except OSError:
-                    if not rt_optional:
-                        raise
+                _optional(best_effort, os.sched_setscheduler, 0, kind, os.sched_param(priority))
         except OSError as exc:
             # subprocess reports only "Exception occurred in preexec_fn": the cause goes to the child's
             # stderr (the server's log, or the pipe of the client), where the caller reads it.
             os.write(2, ("edgetune-bench: %s refused: %s\n" % (step, exc.strerror or exc)).encode())
             raise
     return place
+
+
+def _optional(best_effort, call, *args):
+    try:
+        call(*args)
+    except OSError:
+        if not best_effort:
+            raise
 
 
 def _spawn(argv, place, env=None, log=None):
@@ -478,9 +484,9 @@ class Bench:
                 time.sleep(self.o.settle)
             if getattr(self.o, "client", "housekeeping") == "housekeeping":
                 # The instrument, the same in every stage: outside the server's CPUs, ahead of the noise
-                # (SCHED_FIFO 1 where the kernel grants it), so its reads wait on the server alone.
+                # (SCHED_FIFO 1), each where the kernel grants it, so its reads wait on the server alone.
                 client_place = _placer(CGROUP_ROOT if self.cgroups.enabled else None, self.housekeeping or None,
-                                       "fifo", 1, rt_optional=True)
+                                       "fifo", 1, best_effort=True)
             runs = self._client(port, generations, client_place, timeout)
             threads = threads_of(proc.pid)
         finally:

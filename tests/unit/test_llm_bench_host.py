@@ -161,9 +161,13 @@ def test_the_client_runs_where_it_is_asked_to_in_every_stage(tmp_path, monkeypat
         assert "%s %d 30" % (infer, os.SCHED_FIFO) in seen and "%s %d 0" % (cpus, os.SCHED_OTHER) in seen
 
 
-def test_the_instrument_runs_without_rt_where_the_kernel_refuses_it():
-    # Priority 0 is refused for SCHED_FIFO (EINVAL) as RT is where a cgroup has no budget.
-    probe = subprocess.run([sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"],
-                           preexec_fn=hb._placer(None, None, "fifo", 0, rt_optional=True),
+def test_the_instrument_runs_where_it_can_when_the_kernel_refuses_a_step(tmp_path):
+    # Priority 0 is refused for SCHED_FIFO (EINVAL) as RT is where a cgroup has no budget; CPU 4096
+    # is not there (EINVAL) as the housekeeping CPUs are not in a cgroup's cpuset; nor is the cgroup.
+    probe = subprocess.run([sys.executable, "-c", "import os; print(os.sched_getscheduler(0), "
+                            "sorted(os.sched_getaffinity(0)))"],
+                           preexec_fn=hb._placer(str(tmp_path / "no-cgroup"), [4096], "fifo", 0, best_effort=True),
                            stdout=subprocess.PIPE, universal_newlines=True, check=True)
-    assert probe.stdout.strip() == str(os.SCHED_OTHER)
+    assert probe.stdout.strip() == "%d %s" % (os.SCHED_OTHER, sorted(os.sched_getaffinity(0)))
+    with pytest.raises(subprocess.SubprocessError):
+        subprocess.run(["true"], preexec_fn=hb._placer(None, [4096]), stderr=subprocess.DEVNULL, check=False)
