@@ -150,6 +150,18 @@ def python_imports(relative, root):
     return sorted(found)
 
 
+# Where a device program's module utilities go below its install directory: the collection's package layout,
+# so that they import each other by the names the modules use.
+PACKAGE_DIR = "ansible_collections/edgetune/fleet/plugins/module_utils"
+
+
+def install_layout(sources):
+    """A device program's files ({src: the collection file, dest: where below the install directory}):
+    module utilities in the package layout, entries such as modules at the top."""
+    return [{"src": src, "dest": "%s/%s" % (PACKAGE_DIR, os.path.basename(src))
+             if src.startswith("plugins/module_utils/") else os.path.basename(src)} for src in sources]
+
+
 def imported_closure(entries, root):
     """The entry files and every collection file they import, transitively (relative paths, sorted)."""
     found, todo = set(), list(entries)

@@ -888,7 +888,7 @@ class _Checker(object):
         v = self.v
         self.slice_alias("edge_netqos_cgroup")
         for name in ("edge_netqos_config_file", "edge_netqos_loader_path", "edge_netqos_share_dir",
-                     "edge_netqos_python"):
+                     "edge_netqos_python", "edge_netqos_install_dir"):
             self.device_path(name)
         if self.ok("edge_netqos_packages"):
             bad = [p for p in v["edge_netqos_packages"] if not _PACKAGE.match(p)]

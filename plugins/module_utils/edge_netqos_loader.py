@@ -3,11 +3,12 @@
 """edgetune-netqos: put inference traffic into a high-priority HTB class with an eBPF classifier.
 
 Runs on the device with the system Python (3.8+) and the distribution's
-python3-bpfcc and python3-pyroute2; it imports nothing else from edgetune, so
-it is installed as a single script (the edge_netqos role installs it as
-/usr/local/sbin/edgetune-netqos). `edgetune bpf ...` (tools/edgetune/bpf.py)
-calls into it. It lives in module_utils so that the controller's tools import
-it by the collection's name; no module imports it.
+python3-bpfcc and python3-pyroute2. It is part of edgetune's device package:
+role edge_netqos installs it with what it imports (edge_plan.DEVICE_PROGRAMS)
+in the collection's package layout, and the command
+/usr/local/sbin/edgetune-netqos (``launcher()``) runs it from there.
+`edgetune bpf ...` (tools/edgetune/bpf.py) calls into it, or runs it with
+``command()``; no module imports it.
 
   edgetune-netqos apply  --interface eth0 --rate 100mbit --ports 8000,50051 [--cgroup ai-infer.slice]
   edgetune-netqos apply  --config /etc/edgetune/netqos.json [--interface eth0]
@@ -39,6 +40,8 @@ import struct
 import subprocess
 import sys
 import tempfile
+
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 
 MAX_PORTS = 16
 ROOT_HANDLE = 0x10000          # 1:
@@ -76,8 +79,37 @@ L2_LEN = {1: 14, 772: 14, 65534: 0, 512: 0, 519: 0}  # ether, loopback, none (wg
 FAULT_ENV = "EDGETUNE_NETQOS_FAULT"
 
 
-class NetQosError(Exception):
+class NetQosError(EdgeError):
     """One line saying what is wrong and what to do."""
+
+
+# The loader's file in the collection: the entry of the device program "netqos" (edge_plan.DEVICE_PROGRAMS).
+PROGRAM = "plugins/module_utils/edge_netqos_loader.py"
+# Runs the loader from a directory that holds the collection's package layout (the device package
+# role edge_netqos installs, or a controller's collections path), with the arguments that follow.
+_RUN_LINES = ("import sys",
+              "sys.path.insert(0, %r)",
+              "from ansible_collections.edgetune.fleet.plugins.module_utils.edge_netqos_loader import main",
+              "sys.exit(main())")
+
+
+def command(python, root):
+    """The argv that runs the loader with ``python`` from ``root`` (its arguments follow)."""
+    return [python, "-c", "; ".join(_RUN_LINES) % root]
+
+
+def launcher(python, root):
+    """The text of the edgetune-netqos command: the loader of the device package in ``root``."""
+    return "#!%s\n# edgetune-netqos (role edge_netqos): the network priority loader installed in %s\n%s\n" % (
+        python, root, "\n".join(_RUN_LINES) % root)
+
+
+def collections_root():
+    """The sys.path entry this loader was imported from by its collection name."""
+    path = os.path.abspath(__file__)
+    for _part in __name__.split("."):
+        path = os.path.dirname(path)
+    return path
 
 
 # ---------------------------------------------------------------- parsing

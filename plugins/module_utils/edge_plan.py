@@ -28,7 +28,8 @@ import hashlib
 import json
 import os
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit, edge_autotune, edge_boot, edge_code
+from ansible_collections.edgetune.fleet.plugins.module_utils import (
+    edge_audit, edge_autotune, edge_boot, edge_code, edge_netqos_loader)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_llm_bench import resolve_threads
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import compute_threads
@@ -349,10 +350,10 @@ COLLECTION = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 DEVICE_PROGRAMS = {
     "boot": tuple("plugins/module_utils/%s.py" % name for name in ("edge_boot",) + tuple(edge_boot.UTILS.values())),
     "audit": ("plugins/modules/edge_audit.py",),
+    "netqos": (edge_netqos_loader.PROGRAM,),
 }
 # The role that installs each program.
-PROGRAM_ROLES = {"boot": "edge_boot", "audit": "edge_audit_timer"}
-PACKAGE_DIR = "/".join(edge_boot.PACKAGE.split("."))  # ansible_collections/edgetune/fleet/plugins/module_utils
+PROGRAM_ROLES = {"boot": "edge_boot", "audit": "edge_audit_timer", "netqos": "edge_netqos"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -375,13 +376,7 @@ def program_files(program, root=COLLECTION):
     """The files of a device program ({src: the collection file, dest: where below the install
     directory}): its entries at the top (modules) or in the package layout (module utilities), and
     what they import."""
-    files = []
-    for src in collection_code(root)["programs"][program]:
-        if src.startswith("plugins/module_utils/"):
-            files.append({"src": src, "dest": "%s/%s" % (PACKAGE_DIR, os.path.basename(src))})
-        else:
-            files.append({"src": src, "dest": os.path.basename(src)})
-    return files
+    return edge_code.install_layout(collection_code(root)["programs"][program])
 
 
 def shipped_files(root=COLLECTION):

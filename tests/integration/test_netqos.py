@@ -22,10 +22,13 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_netqos_loader import launcher
+
 pytestmark = [pytest.mark.controller, pytest.mark.netns]
 
 ROOT = Path(__file__).resolve().parents[2]
-LOADER = ROOT / "plugins" / "module_utils" / "edge_netqos_loader.py"
+# The loader as a device runs it: the edgetune-netqos command, here over the checkout's collection link.
+LOADER = ROOT / ".cache" / "netqos-test" / "edgetune-netqos"
 SYSTEM_PYTHON = "/usr/bin/python3"
 A_ADDR, B_ADDR = "10.77.0.1", "10.77.0.2"
 A_ADDR6, B_ADDR6 = "fd00:77::1", "fd00:77::2"
@@ -52,6 +55,14 @@ def _why_not():
 _REASON = _why_not()
 if _REASON:
     pytestmark.append(pytest.mark.skip(reason=_REASON))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loader_command():
+    """The edgetune-netqos command as role edge_netqos writes it, over the collection link of the checkout."""
+    LOADER.parent.mkdir(parents=True, exist_ok=True)
+    LOADER.write_text(launcher(SYSTEM_PYTHON, str(ROOT / ".cache" / "collections")))
+    LOADER.chmod(0o755)
 
 
 def run(argv, check=True, **kwargs):
@@ -540,6 +551,7 @@ def run_role(pair, tmp_path, check=False, play=ROLE_PLAY, **extra):
         "edge_netqos_header_packages": [], "edge_netqos_python": SYSTEM_PYTHON,
         "edge_netqos_config_file": str(tmp_path / "etc" / "netqos.json"),
         "edge_netqos_loader_path": str(tmp_path / "sbin" / "edgetune-netqos"),
+        "edge_netqos_install_dir": str(tmp_path / "lib"),
         "edge_netqos_share_dir": str(tmp_path / "share"),
         "ansible_python_interpreter": sys.executable}, **extra)
     (tmp_path / "role.yml").write_text(play)
@@ -565,13 +577,17 @@ def test_role_check_mode_then_apply_then_idempotent_then_absent(pair, tmp_path):
     assert stats["failures"] == 0 and stats["changed"] > 0
     assert tasks["Show the status"]["edge_netqos_status"] == "applied on %s" % pair.a
     assert pair.qdisc_state() == before and not (tmp_path / "etc").exists()
-    assert not (tmp_path / "sbin" / "edgetune-netqos").exists()
+    assert not (tmp_path / "sbin" / "edgetune-netqos").exists() and not (tmp_path / "lib").exists()
 
     stats, tasks = run_role(pair, tmp_path)
     assert stats["failures"] == 0, failed(tasks)
     assert tasks["Set the classifier and the HTB classes on the interfaces"]["changed"] is True
     assert (tmp_path / "share" / "edge_classifier.c").read_text() == (ROOT / "bpf" / "edge_classifier.c").read_text()
+    # The loader installed as the device package (what it imports beside it), run by the command.
+    package = tmp_path / "lib" / "ansible_collections" / "edgetune" / "fleet" / "plugins" / "module_utils"
+    assert sorted(p.name for p in package.iterdir()) == ["edge_error.py", "edge_netqos_loader.py"]
     assert os.access(str(tmp_path / "sbin" / "edgetune-netqos"), os.X_OK)
+    assert str(tmp_path / "lib") in (tmp_path / "sbin" / "edgetune-netqos").read_text()
     counters = pair.counters()
     pair.send_udp(INFER_PORT, 6)
     assert delta(counters, pair.counters())[HIGH][1] == 6

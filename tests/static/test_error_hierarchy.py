@@ -1,8 +1,6 @@
 """One error hierarchy: every error class of the collection's Python derives from EdgeError (BadInput
 for refused input), and nothing raises a bare built-in error with a message for a caller to read
-(OSError stays what a short read or write of the kernel's files is).
-The network loader is the one exception: it is installed as a single script that imports nothing of
-edgetune, so its NetQosError stands alone."""
+(OSError stays what a short read or write of the kernel's files is)."""
 import ast
 import importlib
 import inspect
@@ -11,12 +9,11 @@ from pathlib import Path
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput, EdgeError
 
 PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
-STANDALONE = {"edge_netqos_loader.py"}
 BUILTIN = {"ValueError", "RuntimeError", "Exception", "TypeError", "KeyError"}
 
 
 def sources():
-    return [p for p in sorted(PLUGINS.rglob("*.py")) if p.name not in STANDALONE and "__pycache__" not in p.parts]
+    return [p for p in sorted(PLUGINS.rglob("*.py")) if "__pycache__" not in p.parts]
 
 
 def test_no_bare_builtin_error_carries_a_message():
@@ -33,8 +30,6 @@ def test_no_bare_builtin_error_carries_a_message():
 def test_every_error_class_of_the_module_utilities_is_an_edge_error():
     outside = []
     for path in sorted((PLUGINS / "module_utils").glob("*.py")):
-        if path.name in STANDALONE:
-            continue
         module = importlib.import_module("ansible_collections.edgetune.fleet.plugins.module_utils." + path.stem)
         for name, value in vars(module).items():
             if (inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == module.__name__

@@ -5,6 +5,9 @@ filter, module utilities importing each other) shows which changes mark which
 role; the real collection shows every role its own digest and every module its
 tasks call present.
 """
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -242,4 +245,27 @@ def test_the_device_programs_are_their_entries_and_everything_they_import():
         assert "plugins/module_utils/%s.py" % name in boot
     assert {f["dest"] for f in edge_plan.program_files("audit")} >= {
         "edge_audit.py", "ansible_collections/edgetune/fleet/plugins/module_utils/edge_audit.py"}
-    assert edge_plan.shipped_files() == {"edge_boot": boot, "edge_audit_timer": audit}
+    netqos = [f["src"] for f in edge_plan.program_files("netqos")]
+    assert netqos == ["plugins/module_utils/edge_error.py", "plugins/module_utils/edge_netqos_loader.py"]
+    assert edge_plan.shipped_files() == {"edge_boot": boot, "edge_audit_timer": audit, "edge_netqos": netqos}
+
+
+def test_the_netqos_loader_runs_from_its_installed_files_alone(tmp_path):
+    """What role edge_netqos installs (the filter edge_netqos_files), laid out as edge_files writes it:
+    the command runs the loader from the install directory, with nothing else of the collection; the
+    files are those of the device program of the manifest."""
+    from ansible_collections.edgetune.fleet.plugins.filter.edge_netqos_files import edge_netqos_files
+    install = tmp_path / "lib"
+    command = tmp_path / "sbin" / "edgetune-netqos"
+    files = edge_netqos_files(sys.executable, str(install), str(command))
+    assert files[:-1] == edge_plan.program_files("netqos")
+    for item in files:
+        dest = Path(item["dest"]) if item["dest"].startswith("/") else install / item["dest"]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(item["content"] if "content" in item else (ROOT / item["src"]).read_text())
+        if item.get("mode") == "0755":
+            dest.chmod(0o755)
+    assert command.read_text().startswith("#!%s\n" % sys.executable)
+    done = subprocess.run([str(command), "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, cwd=str(tmp_path), env={"PATH": os.environ["PATH"]}, check=False)
+    assert done.returncode == 0 and done.stdout.startswith("usage: edgetune-netqos"), done.stderr

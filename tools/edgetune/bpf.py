@@ -31,7 +31,8 @@ def _cli_wrap(func):
         if not _deps_importable() and os.path.realpath(sys.executable) != os.path.realpath(SYSTEM_PYTHON) \
                 and os.path.exists(SYSTEM_PYTHON) and "bpf" in sys.argv[1:]:
             rest = sys.argv[sys.argv.index("bpf", 1) + 1:]
-            return subprocess.run([SYSTEM_PYTHON, os.path.abspath(loader.__file__)] + rest, check=False).returncode
+            return subprocess.run(loader.command(SYSTEM_PYTHON, loader.collections_root()) + rest,
+                                  check=False).returncode
         try:
             return func(args)
         except loader.NetQosError as exc:
