@@ -85,3 +85,17 @@ def test_changed_tasks_counts_each_host_that_changed():
     report = {"plays": [{"tasks": [{"hosts": {"a": {"changed": True}, "b": {"changed": False}}},
                                    {"hosts": {"a": {"changed": True}}}]}]}
     assert bench_audit.changed_tasks(report) == 2
+
+
+def test_the_real_fleet_is_six_orin_nx_to_four_rk3588_and_adds_up():
+    assert bench_audit.real_fleet(100) == [("orin-nx-16gb-r36", 60), ("rock5b-rk3588", 40)]
+    assert sum(count for _, count in bench_audit.real_fleet(7)) == 7
+
+
+def test_the_real_fleet_goal_scales_the_wall_with_the_fleet_and_needs_every_device_audited():
+    row = {"size": 100, "executions": 2, "cpu_per_device": 0.29, "wall": 39.0, "audited": 100}
+    assert bench_audit.real_table(row).endswith(": met")
+    assert bench_audit.real_table(dict(row, wall=41.0)).endswith("NOT met")
+    assert bench_audit.real_table(dict(row, size=50, wall=21.0, audited=50)).endswith("NOT met")
+    assert bench_audit.real_table(dict(row, cpu_per_device=0.31)).endswith("NOT met")
+    assert bench_audit.real_table(dict(row, audited=99)).endswith("NOT met")

@@ -11,6 +11,7 @@ Every alias of a twin must find the same settings in the same states as the twin
 test: the numbers on this 2-core machine vary with its load.
 """
 import json
+import os
 import resource
 import shutil
 import tempfile
@@ -18,10 +19,16 @@ import time
 from pathlib import Path
 
 from edgetune import ansible_setup
+from edgetune_dev.twin import manager
 
 PLAYBOOK = "audit"
 # The issue's goals: one converged device in 3 s and 2 module executions, 30 in 30 s.
 GOALS = {"executions": 2, "wall": {1: 3.0, 30: 30.0}}
+# A fleet of real twins (one container each, `twin up`): 60% Orin NX and 40% RK3588 boards, audited
+# with the forks of ansible.cfg (20), within 0.3 controller CPU-seconds per device and 40 s for 100.
+REAL_FLEET_BOARDS = (("orin-nx-16gb-r36", 0.6), ("rock5b-rk3588", 0.4))
+REAL_FLEET_GOALS = {"cpu_per_device": 0.3, "wall_per_100": 40.0}
+REAL_FLEET_PREFIX = "bench-"
 # Actions that run on the controller only (no module is sent to the device).
 CONTROLLER_ACTIONS = frozenset((
     "set_fact", "debug", "assert", "fail", "meta", "include_tasks", "import_tasks", "include_role",
@@ -181,3 +188,42 @@ def converge_table(rows):
         lines.append("full / converge: wall %.1fx, executions %.1fx" % (
             rows[1]["wall"] / rows[0]["wall"], rows[1]["executions"] / max(1, rows[0]["executions"])))
     return "\n".join(lines)
+
+
+def real_fleet(count):
+    """[(board, twins)] of a real fleet of ``count`` twins, in REAL_FLEET_BOARDS' shares."""
+    first = int(round(count * REAL_FLEET_BOARDS[0][1]))
+    return [(REAL_FLEET_BOARDS[0][0], first), (REAL_FLEET_BOARDS[1][0], count - first)]
+
+
+def run_real(count, source, keep=False, say=print):
+    """The audit of ``count`` real twins (never tuned: each role is reported as never applied, and every
+    check is still evaluated), made for this run beside the demo's twins and removed after unless
+    ``keep``: a row of {size, executions, cpu_per_device, wall, audited}."""
+    directory = Path(tempfile.mkdtemp(prefix="edgetune-bench-fleet-"))
+    try:
+        started = time.perf_counter()
+        names = manager.up(real_fleet(count), say=say, inventory_dir=directory, prefix=REAL_FLEET_PREFIX)
+        say("bench audit: %d twins up in %.0f s" % (len(names), time.perf_counter() - started))
+        manager.write_inventory(directory)
+        os.symlink(str(Path(source).resolve() / "group_vars"), str(directory / "group_vars"))
+        say("bench audit: %s on %d real twins" % (PLAYBOOK, len(names)))
+        report, wall, cpu = measure(PLAYBOOK, directory)
+    finally:
+        if not keep:  # every twin made for this directory, also where bringing the fleet up failed
+            manager.remove_all([twin["name"] for twin in manager.twins(fleet_only=True, inventory_dir=directory)])
+            shutil.rmtree(str(directory), ignore_errors=True)
+    counts = executions(report)
+    return {"size": len(names), "playbook": PLAYBOOK, "wall": wall, "cpu_per_device": cpu / len(names),
+            "executions": max(counts.values()) if counts else 0, "audited": len(audit_results(report))}
+
+
+def real_table(row):
+    wall_goal = REAL_FLEET_GOALS["wall_per_100"] * row["size"] / 100.0
+    met = row["cpu_per_device"] <= REAL_FLEET_GOALS["cpu_per_device"] and row["wall"] <= wall_goal \
+        and row["executions"] <= GOALS["executions"] and row["audited"] == row["size"]
+    return "\n".join([
+        "%-12s %10s %14s %9s %8s %s" % ("real twins", "executions", "CPU-s/device", "wall s", "audited", "goal"),
+        "%-12d %10d %14.2f %9.1f %8d <= %d executions, <= %.2f CPU-s/device, <= %.0f s: %s" % (
+            row["size"], row["executions"], row["cpu_per_device"], row["wall"], row["audited"], GOALS["executions"],
+            REAL_FLEET_GOALS["cpu_per_device"], wall_goal, "met" if met else "NOT met")])

@@ -384,6 +384,12 @@ def remove(name):
     run(["docker", "rm", "-f", name])
 
 
+def remove_all(names):
+    """Remove the twins ``names``, four at a time."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(remove, names))
+
+
 def twins(fleet_only=False, inventory_dir=None):
     """Running or stopped twins, dicts name/board/running/group/inventory. ``fleet_only``:
     those of `twin up`'s fleets; with ``inventory_dir`` too, only the fleet of that directory."""
@@ -401,10 +407,11 @@ def twins(fleet_only=False, inventory_dir=None):
     return sorted(rows, key=lambda r: r["name"])
 
 
-def up(fleet, say=print, inventory_dir=None):
-    """Bring up a fleet [(board, count)] of the inventory in ``inventory_dir``, in parallel; returns the twin names."""
+def up(fleet, say=print, inventory_dir=None, prefix=""):
+    """Bring up a fleet [(board, count)] of the inventory in ``inventory_dir``, in parallel; returns the twin names
+    (PREFIX + the board's twin prefix + -N: a prefix keeps a second fleet apart from the demo's twins)."""
     ensure_images([board(b)["distro"] for b, _ in fleet], say)
-    wanted = [("%s-%d" % (twin_prefix(b), i), b) for b, count in fleet for i in range(1, count + 1)]
+    wanted = [("%s%s-%d" % (prefix, twin_prefix(b), i), b) for b, count in fleet for i in range(1, count + 1)]
     # Before any twin boots: the host's inotify limits for every twin that will then run.
     running = [twin["name"] for twin in twins() if twin["running"]]
     others = set(running) - {name for name, _ in wanted}
