@@ -210,7 +210,10 @@ def run_real(count, source, keep=False, say=print):
         say("bench audit: %s on %d real twins" % (PLAYBOOK, len(names)))
         report, wall, cpu = measure(PLAYBOOK, directory)
     finally:
-        if not keep:  # every twin made for this directory, also where bringing the fleet up failed
+        if keep:
+            say("bench audit: the real twins stay up, inventory %s (`edgetune twin down --inventory-dir %s`)"
+                % (directory, directory))
+        else:  # every twin made for this directory, also where bringing the fleet up failed
             manager.remove_all([twin["name"] for twin in manager.twins(fleet_only=True, inventory_dir=directory)])
             shutil.rmtree(str(directory), ignore_errors=True)
     counts = executions(report)
