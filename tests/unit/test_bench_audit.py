@@ -89,7 +89,7 @@ def test_changed_tasks_counts_each_host_that_changed():
 
 def test_the_real_fleet_is_six_orin_nx_to_four_rk3588_and_adds_up():
     assert bench_audit.real_fleet(100) == [("orin-nx-16gb-r36", 60), ("rock5b-rk3588", 40)]
-    assert sum(count for _, count in bench_audit.real_fleet(7)) == 7
+    assert sum(count for _board, count in bench_audit.real_fleet(7)) == 7
 
 
 def test_the_real_fleet_goal_scales_the_wall_with_the_fleet_and_needs_every_device_audited():
