@@ -57,7 +57,7 @@ def module_files(files, directory=None):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("files", "directory", "owner", "group", "directory_mode"))
+    _VALID_ARGS = frozenset(("files", "directory", "owner", "group", "directory_mode", "absent"))
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)

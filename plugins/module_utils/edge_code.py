@@ -234,9 +234,13 @@ def tree_state(root, subdirs=("roles", "plugins")):
 def code_facts(roles, root, programs, installed_by):
     """The device programs' files and the roles' code digests, in one computation: ``programs``:
     {name: entry files}, each with what it imports (imported_closure); ``installed_by``: {name: the
-    role that installs that program}, so that its files count as the role's code."""
+    role that installs that program (one role may install several)}, so that its files count as the
+    role's code."""
     files = dict((name, imported_closure(entries, root)) for name, entries in programs.items())
-    shipped = dict((installed_by[name], found) for name, found in files.items())
+    shipped = {}
+    for name, found in sorted(files.items()):
+        shipped.setdefault(installed_by[name], set()).update(found)
+    shipped = dict((role, sorted(found)) for role, found in shipped.items())
     return {"programs": files, "digests": role_code_digests(roles, root, shipped)}
 
 

@@ -32,6 +32,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils import edge_numa as
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_pcie as pcie
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_package as package
 
 # Variables of the playbooks themselves (not of a role), in the argument spec form.
 PLAYBOOK_OPTIONS = {
@@ -66,7 +67,11 @@ REMOVED = dict.fromkeys(
     ("edge_cpu_lib_dir", "edge_cpu_state_file", "edge_power_state_file", "edge_pcie_qos_state_file",
      "edge_cgroups_state_file"),
     "the settings a reboot loses are saved in /etc/edgetune/boot.d and re-applied by edgetune-boot.service "
-    "(role edge_boot), whose program is in edge_boot_install_dir")
+    "(role edge_boot), whose program is the device package's (role edge_package)")
+REMOVED.update(dict.fromkeys(
+    ("edge_boot_install_dir", "edge_audit_timer_install_dir", "edge_netqos_install_dir"),
+    "the boot program, the audit command and the network priority loader are one device package, installed "
+    "by role edge_package in edge_package_install_dir"))
 # The CPU split: typed and checked whenever a role that uses it is checked.
 CPU_OPTIONS = ("edge_cpu_isolate", "edge_cpu_housekeeping", "edge_cpu_allow_cpu0")
 CPU_ROLES = ("edge_bootargs", "edge_cpu", "edge_cgroups", "edge_power", "edge_runtime")
@@ -888,7 +893,7 @@ class _Checker(object):
         v = self.v
         self.slice_alias("edge_netqos_cgroup")
         for name in ("edge_netqos_config_file", "edge_netqos_loader_path", "edge_netqos_share_dir",
-                     "edge_netqos_python", "edge_netqos_install_dir"):
+                     "edge_netqos_python"):
             self.device_path(name)
         if self.ok("edge_netqos_packages"):
             bad = [p for p in v["edge_netqos_packages"] if not _PACKAGE.match(p)]
@@ -1197,17 +1202,23 @@ class _Checker(object):
 
     # ------------------------------------------------------------ edge_boot
     def edge_boot(self):
-        if self.ok("edge_boot_enabled") and not self.v["edge_boot_enabled"]:
-            return
-        self.device_path("edge_boot_install_dir")
+        """Nothing beyond the types: the state directory, the unit and the program are the plan's."""
+
+    # ------------------------------------------------------------ edge_package
+    def edge_package(self):
+        self.device_path("edge_package_install_dir")
+        why = package.refused_directory(self.v["edge_package_install_dir"]) \
+            if self.ok("edge_package_install_dir") else None
+        if why:
+            self.problem("edge_package_install_dir", "%s: %s; allowed: another directory, such as %s"
+                         % (show(self.v["edge_package_install_dir"]), why, package.DEFAULT_DIR))
 
     # ------------------------------------------------------------ edge_audit_timer
     def edge_audit_timer(self):
         v = self.v
         if self.ok("edge_audit_timer_enabled") and not v["edge_audit_timer_enabled"]:
             return
-        for name in ("edge_audit_timer_textfile", "edge_audit_timer_install_dir"):
-            self.device_path(name)
+        self.device_path("edge_audit_timer_textfile")
         if self.ok("edge_audit_timer_textfile") and not v["edge_audit_timer_textfile"].endswith(".prom"):
             self.problem("edge_audit_timer_textfile", "node_exporter's textfile collector reads only *.prom files; "
                                                       "allowed: a path ending in .prom")
@@ -1359,7 +1370,7 @@ def validate(values, specs, facts=None, profile=None, roles=None, present=(), ex
     checker = _Checker(intent, report, facts, profile, roles, mode, calendar, controller_artifacts, given)
     checker.cpu_sets()
     order = [PLAYBOOKS, "edge_facts", "edge_bootargs", "edge_cpu", "edge_cgroups", "edge_power", "edge_pcie_qos",
-             "edge_netqos", "edge_boot", "edge_runtime", "edge_audit_timer"]
+             "edge_package", "edge_netqos", "edge_boot", "edge_runtime", "edge_audit_timer"]
     for role in order:
         if role in roles:
             getattr(checker, role)()

@@ -4,9 +4,9 @@
 
 Runs on the device with the system Python (3.8+) and the distribution's
 python3-bpfcc and python3-pyroute2. It is part of edgetune's device package:
-role edge_netqos installs it with what it imports (edge_plan.DEVICE_PROGRAMS)
+role edge_package installs it with what it imports (edge_package.DEVICE_PROGRAMS)
 in the collection's package layout, and the command
-/usr/local/sbin/edgetune-netqos (``launcher()``) runs it from there.
+/usr/local/sbin/edgetune-netqos (``launcher()``, role edge_netqos) runs it from there.
 `edgetune bpf ...` (tools/edgetune/bpf.py) calls into it, or runs it with
 ``command()``; no module imports it.
 
@@ -83,10 +83,10 @@ class NetQosError(EdgeError):
     """One line saying what is wrong and what to do."""
 
 
-# The loader's file in the collection: the entry of the device program "netqos" (edge_plan.DEVICE_PROGRAMS).
+# The loader's file in the collection: the entry of the device program "netqos" (edge_package.DEVICE_PROGRAMS).
 PROGRAM = "plugins/module_utils/edge_netqos_loader.py"
 # Runs the loader from a directory that holds the collection's package layout (the device package
-# role edge_netqos installs, or a controller's collections path), with the arguments that follow.
+# role edge_package installs, or a controller's collections path), with the arguments that follow.
 _RUN_LINES = ("import sys",
               "sys.path.insert(0, %r)",
               "from ansible_collections.edgetune.fleet.plugins.module_utils.edge_netqos_loader import main",

@@ -29,7 +29,7 @@ import json
 import os
 
 from ansible_collections.edgetune.fleet.plugins.module_utils import (
-    edge_audit, edge_autotune, edge_boot, edge_code, edge_netqos_loader)
+    edge_audit, edge_autotune, edge_boot, edge_code, edge_package)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_llm_bench import resolve_threads
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import compute_threads
@@ -54,10 +54,11 @@ RECORDED_ROLES = {
     "edge_cgroups": ("cpu", "slice"),
     "edge_power": ("cpu", "power"),
     "edge_pcie_qos": (),
-    "edge_netqos": ("netqos",),
+    "edge_package": ("package",),
+    "edge_netqos": ("netqos", "package"),
     "edge_runtime": ("runtime",),
-    "edge_audit_timer": (),
-    "edge_boot": ("boot",),
+    "edge_audit_timer": ("package",),
+    "edge_boot": ("boot", "package"),
 }
 RECORD_DIR = edge_audit.RECORD_DIR
 # Plan fields that describe the running device, not its desired state: they
@@ -343,19 +344,6 @@ def netqos_part(slice_):
 
 # The collection this file belongs to (plugins/module_utils/edge_plan.py).
 COLLECTION = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# What runs on the device outside Ansible's module runs (the device has no Ansible), by program: its
-# entry files. Each is installed with every collection file it imports, transitively, in the
-# collection's package layout, so that they import each other as the modules do; the boot program
-# also imports the module utility of each kind it re-applies by name.
-DEVICE_PROGRAMS = {
-    "boot": tuple("plugins/module_utils/%s.py" % name for name in ("edge_boot",) + tuple(edge_boot.UTILS.values())),
-    "audit": ("plugins/modules/edge_audit.py",),
-    "netqos": (edge_netqos_loader.PROGRAM,),
-}
-# The role that installs each program.
-PROGRAM_ROLES = {"boot": "edge_boot", "audit": "edge_audit_timer", "netqos": "edge_netqos"}
-
-
 @functools.lru_cache(maxsize=None)
 def collection_state(root=COLLECTION):
     """The state of the collection's files (name, size, time of each: edge_code.tree_state), once per
@@ -368,32 +356,34 @@ def collection_code(root=COLLECTION):
     """{"programs": {program: its files}, "digests": {role: the digest of its own code}} of the
     collection at ``root`` (plugins/module_utils/edge_code.py): once per process, and kept on the
     controller's disk while the collection's files are unchanged."""
-    return edge_code.cached_code_facts(sorted(RECORDED_ROLES), root, DEVICE_PROGRAMS, PROGRAM_ROLES,
+    return edge_code.cached_code_facts(sorted(RECORDED_ROLES), root, edge_package.DEVICE_PROGRAMS,
+                                       dict.fromkeys(edge_package.DEVICE_PROGRAMS, edge_package.ROLE),
                                        state=collection_state(root))
 
 
-def program_files(program, root=COLLECTION):
-    """The files of a device program ({src: the collection file, dest: where below the install
-    directory}): its entries at the top (modules) or in the package layout (module utilities), and
-    what they import."""
-    return edge_code.install_layout(collection_code(root)["programs"][program])
-
-
 def shipped_files(root=COLLECTION):
-    """{role: the collection files it installs on the device} for the roles that install a device
-    program, so that the program's code counts as the role's own (plugins/module_utils/edge_code.py)."""
-    return dict((PROGRAM_ROLES[name], list(found)) for name, found in collection_code(root)["programs"].items())
+    """{role: the collection files it installs on the device}: the device package's role, so that the
+    programs' code counts as that role's own (plugins/module_utils/edge_code.py)."""
+    found = collection_code(root)["programs"].values()
+    return {edge_package.ROLE: sorted(set(src for files in found for src in files))}
+
+
+def package_part(intent):
+    """Where role edge_package installs the device package, and how the roles that run its programs
+    name them there: the audit's command (edge_audit_timer's service; edge_boot's unit runs the boot
+    program's module, the boot part's, from that directory). The files are edge_package.files()."""
+    install_dir = intent.get("edge_package_install_dir", edge_package.DEFAULT_DIR)
+    return {"install_dir": install_dir, "audit_program": install_dir.rstrip("/") + "/edge_audit.py"}
 
 
 def boot_part():
-    """Where the roles save the settings a reboot loses, and the one program that re-applies them
-    (plugins/module_utils/edge_boot.py): its module name and files, installed by role edge_boot."""
+    """Where the roles save the settings a reboot loses, and the unit of the one program that
+    re-applies them (plugins/module_utils/edge_boot.py), run from the device package's directory."""
     return {
         "state_dir": edge_boot.STATE_DIR,
         "state_files": dict((kind, edge_boot.state_path(kind)) for kind in edge_boot.UTILS),
         "unit": edge_boot.UNIT,
         "module": edge_boot.PACKAGE + ".edge_boot",
-        "program_files": program_files("boot"),
     }
 
 
@@ -440,8 +430,7 @@ def audit_part(intent, plan, role_options, code=None):
                 "code": (code or {}).get(role),
             },
         }
-    return {"record_dir": RECORD_DIR, "roles": roles, "program_files": program_files("audit"),
-            "node_exporter": node_exporter_part(intent)}
+    return {"record_dir": RECORD_DIR, "roles": roles, "node_exporter": node_exporter_part(intent)}
 
 
 # The distribution's node exporter (Debian and Ubuntu's package): its unit reads ARGS from this file.
@@ -572,6 +561,7 @@ def build(intent, facts, profile, partition, slice_values=None, role_options=Non
         "runtime": runtime_part(intent, facts, cpu, slice_, autotune, numa),
         "netqos": netqos_part(slice_),
         "boot": boot_part(),
+        "package": package_part(intent),
         "reboot": {"policy": intent.get("edge_reboot_policy", "auto")},
     }
     plan["audit"] = audit_part(intent, plan, role_options or {}, code)

@@ -61,6 +61,14 @@ options:
     description: Mode, in octal, of the parent directories the module creates (existing ones are left alone).
     type: str
     default: "0755"
+  absent:
+    description:
+      - Paths on the device to remove in the same execution, a directory with all it holds (what an earlier
+        release installed elsewhere). A path that is missing is left alone; one that is a file given in
+        O(files), or a directory above one, is refused.
+    type: list
+    elements: path
+    default: []
 attributes:
   check_mode:
     description: Reports what a real run would write, and writes nothing.
@@ -81,6 +89,12 @@ EXAMPLES = r"""
     files:
       - {src: plugins/modules/edge_irq_affinity.py, dest: edge_irq_affinity.py, mode: "0755"}
       - {content: "{{ record | to_nice_json }}", dest: /var/lib/edgetune/applied/edge_cpu.json, mode: "0600"}
+
+- name: Install a file and remove what an earlier release left
+  edgetune.fleet.edge_files:
+    files:
+      - {content: "x=1\n", dest: /etc/example/x.conf}
+    absent: [/etc/example/x.d]
 """
 
 RETURN = r"""
@@ -94,12 +108,18 @@ directories:
   returned: always
   type: list
   elements: path
+removed:
+  description: The paths of O(absent) removed (or, in check mode, that a real run removes).
+  returned: always
+  type: list
+  elements: path
 """
 
 import base64
 import grp
 import os
 import pwd
+import shutil
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
@@ -216,11 +236,39 @@ def install(planned, uid, gid, directory_mode):
     return created
 
 
-def diffs(planned):
+def to_remove(absent, files):
+    """The paths of ``absent`` that exist, refused where one is a file to install or above one."""
+    found = []
+    for path in absent:
+        if not os.path.isabs(path):
+            raise EdgeError("edge_files: absent %r is not an absolute path" % path)
+        path = os.path.normpath(path)
+        for item in files:
+            if item["dest"] == path or item["dest"].startswith(path.rstrip("/") + "/"):
+                raise EdgeError("edge_files: cannot remove %s: %s is installed there" % (path, item["dest"]))
+        if os.path.lexists(path):
+            found.append(path)
+    return found
+
+
+def remove(paths):
+    for path in paths:
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        except OSError as exc:
+            raise EdgeError("edge_files: cannot remove %s: %s" % (path, exc.strerror or exc)) from None
+
+
+def diffs(planned, removed=()):
     return [dict(before_header="%s (%s)" % (item["dest"], ", ".join(item["reasons"])),
                  after_header=item["dest"],
                  before=text_for_diff(item["current"]), after=text_for_diff(item["data"]))
-            for item in planned if item["reasons"]]
+            for item in planned if item["reasons"]] + [
+        dict(before_header=path, after_header="%s (removed)" % path, before="%s\n" % path, after="")
+        for path in removed]
 
 
 def run(params, check_mode):
@@ -242,11 +290,14 @@ def run(params, check_mode):
         files.append(dict(dest=dest, data=data,
                           mode=parse_mode(item.get("mode") or "0644", "mode of %s" % dest)))
     planned = plan(files, uid, gid)
+    removed = to_remove(params.get("absent") or [], files)
     written = [item["dest"] for item in planned if item["reasons"]]
     directories = sorted({d for item in planned if item["reasons"] for d in missing_directories(item["dest"])})
     if not check_mode:
         directories = install(planned, uid, gid, directory_mode)
-    return dict(changed=bool(written), written=written, directories=directories, diff=diffs(planned))
+        remove(removed)
+    return dict(changed=bool(written or removed), written=written, directories=directories, removed=removed,
+                diff=diffs(planned, removed))
 
 
 def main():
@@ -259,6 +310,7 @@ def main():
             owner=dict(type="str", default="root"),
             group=dict(type="str", default="root"),
             directory_mode=dict(type="str", default="0755"),
+            absent=dict(type="list", elements="path", default=[]),
         ),
         supports_check_mode=True,
     )

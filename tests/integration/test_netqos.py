@@ -551,7 +551,7 @@ def run_role(pair, tmp_path, check=False, play=ROLE_PLAY, **extra):
         "edge_netqos_header_packages": [], "edge_netqos_python": SYSTEM_PYTHON,
         "edge_netqos_config_file": str(tmp_path / "etc" / "netqos.json"),
         "edge_netqos_loader_path": str(tmp_path / "sbin" / "edgetune-netqos"),
-        "edge_netqos_install_dir": str(tmp_path / "lib"),
+        "edge_package_install_dir": str(tmp_path / "lib"), "edge_package_remove_earlier": False,
         "edge_netqos_share_dir": str(tmp_path / "share"),
         "ansible_python_interpreter": sys.executable}, **extra)
     (tmp_path / "role.yml").write_text(play)
@@ -583,9 +583,9 @@ def test_role_check_mode_then_apply_then_idempotent_then_absent(pair, tmp_path):
     assert stats["failures"] == 0, failed(tasks)
     assert tasks["Set the classifier and the HTB classes on the interfaces"]["changed"] is True
     assert (tmp_path / "share" / "edge_classifier.c").read_text() == (ROOT / "bpf" / "edge_classifier.c").read_text()
-    # The loader installed as the device package (what it imports beside it), run by the command.
+    # The loader installed with the device package (role edge_package, the role's dependency), run by the command.
     package = tmp_path / "lib" / "ansible_collections" / "edgetune" / "fleet" / "plugins" / "module_utils"
-    assert sorted(p.name for p in package.iterdir()) == ["edge_error.py", "edge_netqos_loader.py"]
+    assert {"edge_error.py", "edge_netqos_loader.py", "edge_boot.py"} <= {p.name for p in package.iterdir()}
     assert os.access(str(tmp_path / "sbin" / "edgetune-netqos"), os.X_OK)
     assert str(tmp_path / "lib") in (tmp_path / "sbin" / "edgetune-netqos").read_text()
     counters = pair.counters()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_plan import boot_part
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_package import program_files
 
 try:
     from ansible.module_utils import _internal as module_internal
@@ -69,10 +69,10 @@ def run_boot_program(state_dir, root="/"):
 
 
 def install_boot_program(target):
-    """The boot program's files where role edge_boot installs them (the plan's list, in the
+    """The boot program's files as role edge_package installs them (the manifest's, in the
     collection's package layout under ``target``), and nothing else; returns ``target``."""
     repo = Path(__file__).resolve().parents[2]
-    for item in boot_part()["program_files"]:
+    for item in program_files("boot"):
         dest = Path(target) / item["dest"]
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(str(repo / item["src"]), str(dest))

@@ -262,7 +262,7 @@ def test_on_device_command_writes_the_textfile_and_exits_1_on_drift(tmp_path):
     install = tmp_path / "lib"
     repo = Path(__file__).resolve().parents[2]
     # What role edge_audit_timer installs: the plan's files of the audit program.
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_plan import program_files
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_package import program_files
     for item in program_files("audit"):
         dest = install / item["dest"]
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot, edge_code, edge_plan
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot, edge_code, edge_package, edge_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = "ansible_collections.edgetune.fleet.plugins"
@@ -209,9 +209,12 @@ def test_the_real_collection_every_role_its_own_digest():
     assert "plugins/modules/edge_kernel_cmdline.py" in files["edge_bootargs"]
     assert "plugins/module_utils/edge_irq.py" in files["edge_cpu"]  # through edge_irq_affinity
     assert "plugins/module_utils/edge_cpulist.py" in files["edge_cpu"]  # through edge_irq, transitively
-    assert "plugins/module_utils/edge_netqos_loader.py" in files["edge_netqos"]  # installed as the loader
-    for program in shipped["edge_boot"]:
-        assert program in files["edge_boot"]
+    # The device package's code is its role's, not that of the roles that run its programs.
+    assert "plugins/module_utils/edge_netqos_loader.py" in files["edge_package"]
+    assert "plugins/modules/edge_audit.py" in files["edge_package"]
+    assert "plugins/modules/edge_audit.py" not in files["edge_audit_timer"]
+    for program in shipped["edge_package"]:
+        assert program in files["edge_package"]
     for role in found:
         assert not any(f.startswith("roles/") and not f.startswith("roles/%s/" % role) for f in files[role])
         assert "plugins/module_utils/edge_plan.py" not in files[role]
@@ -234,31 +237,34 @@ def test_the_real_collection_every_module_a_role_calls_exists():
 
 
 def test_the_device_programs_are_their_entries_and_everything_they_import():
-    """One manifest (edge_plan.DEVICE_PROGRAMS): the files follow the imports, none kept by hand."""
-    audit = [f["src"] for f in edge_plan.program_files("audit")]
+    """One manifest (edge_package.DEVICE_PROGRAMS): the files follow the imports, none kept by hand."""
+    audit = [f["src"] for f in edge_package.program_files("audit")]
     assert "plugins/modules/edge_audit.py" in audit
     for src in audit:
         for imported in edge_code.python_imports(src, str(ROOT)):
             assert imported in audit, (src, imported)
-    boot = [f["src"] for f in edge_plan.program_files("boot")]
+    boot = [f["src"] for f in edge_package.program_files("boot")]
     for name in edge_boot.UTILS.values():  # imported by name at boot
         assert "plugins/module_utils/%s.py" % name in boot
-    assert {f["dest"] for f in edge_plan.program_files("audit")} >= {
+    assert {f["dest"] for f in edge_package.program_files("audit")} >= {
         "edge_audit.py", "ansible_collections/edgetune/fleet/plugins/module_utils/edge_audit.py"}
-    netqos = [f["src"] for f in edge_plan.program_files("netqos")]
+    netqos = [f["src"] for f in edge_package.program_files("netqos")]
     assert netqos == ["plugins/module_utils/edge_error.py", "plugins/module_utils/edge_netqos_loader.py"]
-    assert edge_plan.shipped_files() == {"edge_boot": boot, "edge_audit_timer": audit, "edge_netqos": netqos}
+    # One package, one role: every program's files once.
+    package = edge_package.files()
+    assert sorted(f["src"] for f in package) == sorted(set(audit + boot + netqos))
+    assert len({f["dest"] for f in package}) == len(package)
+    assert edge_plan.shipped_files() == {"edge_package": [f["src"] for f in package]}
 
 
-def test_the_netqos_loader_runs_from_its_installed_files_alone(tmp_path):
-    """What role edge_netqos installs (the filter edge_netqos_files), laid out as edge_files writes it:
-    the command runs the loader from the install directory, with nothing else of the collection; the
-    files are those of the device program of the manifest."""
-    from ansible_collections.edgetune.fleet.plugins.filter.edge_netqos_files import edge_netqos_files
+def test_the_netqos_loader_runs_from_the_device_package_alone(tmp_path):
+    """The device package (role edge_package, as edge_files lays it out) and the edgetune-netqos command
+    (role edge_netqos, the filter edge_netqos_command): the command runs the loader from the package's
+    directory, with nothing else of the collection."""
+    from ansible_collections.edgetune.fleet.plugins.filter.edge_netqos_command import edge_netqos_command
     install = tmp_path / "lib"
     command = tmp_path / "sbin" / "edgetune-netqos"
-    files = edge_netqos_files(sys.executable, str(install), str(command))
-    assert files[:-1] == edge_plan.program_files("netqos")
+    files = edge_package.files() + edge_netqos_command(sys.executable, str(install), str(command))
     for item in files:
         dest = Path(item["dest"]) if item["dest"].startswith("/") else install / item["dest"]
         dest.parent.mkdir(parents=True, exist_ok=True)

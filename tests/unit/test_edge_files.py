@@ -161,3 +161,36 @@ def test_relative_destinations_are_under_the_directory():
         module_files([{"content": "x", "dest": "a.py"}])
     with pytest.raises(AnsibleActionFail, match="directory 'lib' is not an absolute path"):
         module_files([{"content": "x", "dest": "a.py"}], "lib")
+
+
+def test_absent_paths_are_removed_in_the_same_execution_and_check_mode_only_reports(tmp_path):
+    earlier = tmp_path / "lib/boot/ansible_collections"
+    earlier.mkdir(parents=True)
+    (earlier / "edge_boot.py").write_text("old\n")
+    (tmp_path / "old.conf").write_text("x\n")
+    params = {"owner": str(UID), "group": str(GID), "directory_mode": "0755",
+              "files": [{"dest": str(tmp_path / "lib/package/a.py"), "content_b64": "eA==", "mode": "0644"}],
+              "absent": [str(tmp_path / "lib/boot"), str(tmp_path / "old.conf"), str(tmp_path / "never-there")]}
+    checked = edge_files.run(params, check_mode=True)
+    assert checked["changed"] and checked["removed"] == [str(tmp_path / "lib/boot"), str(tmp_path / "old.conf")]
+    assert (earlier / "edge_boot.py").exists() and (tmp_path / "old.conf").exists()
+    assert [d["after_header"] for d in checked["diff"]][-2:] == [
+        "%s (removed)" % (tmp_path / "lib/boot"), "%s (removed)" % (tmp_path / "old.conf")]
+    done = edge_files.run(params, check_mode=False)
+    assert done["removed"] == checked["removed"]
+    assert not (tmp_path / "lib/boot").exists() and not (tmp_path / "old.conf").exists()
+    assert (tmp_path / "lib/package/a.py").read_text() == "x"
+    again = edge_files.run(params, check_mode=False)
+    assert not again["changed"] and again["removed"] == []
+
+
+def test_an_absent_path_that_holds_a_file_to_install_is_refused_before_any_write(tmp_path):
+    params = {"owner": str(UID), "group": str(GID), "directory_mode": "0755",
+              "files": [{"dest": str(tmp_path / "lib/package/a.py"), "content_b64": "eA==", "mode": "0644"}],
+              "absent": [str(tmp_path / "lib")]}
+    with pytest.raises(EdgeError, match="cannot remove %s: %s is installed there" % (
+            re.escape(str(tmp_path / "lib")), re.escape(str(tmp_path / "lib/package/a.py")))):
+        edge_files.run(params, check_mode=False)
+    assert not (tmp_path / "lib").exists()
+    with pytest.raises(EdgeError, match="absent 'lib' is not an absolute path"):
+        edge_files.run(dict(params, absent=["lib"]), check_mode=False)

@@ -227,8 +227,19 @@ def test_the_boot_state_files_of_edgetune_0_2_are_named_as_no_longer_used():
     result = check({"edge_power_state_file": "/etc/edgetune/power.json", "edge_cpu_lib_dir": "/opt/edgetune"})
     assert result["problems"] == []
     reason = ("is no longer used and is ignored: the settings a reboot loses are saved in /etc/edgetune/boot.d and "
-              "re-applied by edgetune-boot.service (role edge_boot), whose program is in edge_boot_install_dir")
+              "re-applied by edgetune-boot.service (role edge_boot), whose program is the device package's "
+              "(role edge_package)")
     assert result["warnings"] == ["edge_cpu_lib_dir " + reason, "edge_power_state_file " + reason]
+
+
+def test_the_program_directories_of_the_roles_are_named_as_no_longer_used():
+    result = check({"edge_boot_install_dir": "/opt/boot", "edge_netqos_install_dir": "/opt/netqos",
+                    "edge_audit_timer_install_dir": "/opt/audit"})
+    assert result["problems"] == []
+    reason = ("is no longer used and is ignored: the boot program, the audit command and the network priority "
+              "loader are one device package, installed by role edge_package in edge_package_install_dir")
+    assert result["warnings"] == [name + " " + reason for name in (
+        "edge_audit_timer_install_dir", "edge_boot_install_dir", "edge_netqos_install_dir")]
 
 
 def test_exported_and_playbook_names_are_not_unknown():
@@ -453,7 +464,9 @@ def test_rt_throttling_must_stay_on():
     ({"edge_cpu_irq_unmovable_names": ["(unclosed"]}, "edge_cpu_irq_unmovable_names"),
     ({"edge_cpu_sysctl_file": "/etc/sysctl.conf.d/x"}, "edge_cpu_sysctl_file"),
     ({"edge_cpu_numa_accelerator": "the gpu"}, "edge_cpu_numa_accelerator"),
-    ({"edge_boot_install_dir": "usr/local/lib"}, "edge_boot_install_dir"),
+    ({"edge_package_install_dir": "usr/local/lib"}, "edge_package_install_dir"),
+    ({"edge_package_install_dir": "/usr/local/lib/edgetune/boot"}, "edge_package_install_dir"),
+    ({"edge_package_install_dir": "/usr/local/lib/edgetune/netqos/x/"}, "edge_package_install_dir"),
     ({"edge_bootargs_state_file": "/etc/edge tune/x.json"}, "edge_bootargs_state_file"),
     ({"edge_bootargs_extra_paths": ["/mnt/b/boot/extlinux/../x"]}, "edge_bootargs_extra_paths"),
     ({"edge_bootargs_extra": "quiet splash"}, "edge_bootargs_extra"),

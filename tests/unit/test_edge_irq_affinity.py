@@ -795,5 +795,5 @@ def test_documentation_matches_argument_spec(monkeypatch):
 
 def boot_program_names():
     """The module names of the files role edge_boot installs for the boot program (the plan's)."""
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_plan import program_files
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_package import program_files
     return [f["src"].rsplit("/", 1)[-1][:-len(".py")] for f in program_files("boot")]

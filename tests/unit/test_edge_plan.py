@@ -207,7 +207,7 @@ def audit_plan(name, values=None):
 def test_audit_part_names_every_recorded_role_with_its_own_variables():
     roles = audit_plan("orin-nx")["audit"]["roles"]
     assert sorted(roles) == ["edge_audit_timer", "edge_boot", "edge_bootargs", "edge_cgroups", "edge_cpu",
-                             "edge_netqos", "edge_pcie_qos", "edge_power", "edge_runtime"]
+                             "edge_netqos", "edge_package", "edge_pcie_qos", "edge_power", "edge_runtime"]
     assert roles["edge_cgroups"]["inputs"]["variables"]["edge_cgroups_cpu_weight"] == \
         SPECS["edge_cgroups"]["edge_cgroups_cpu_weight"]["default"]
     assert not any(name.startswith("edge_cgroups_") for name in roles["edge_power"]["inputs"]["variables"])
@@ -319,9 +319,22 @@ def test_the_netqos_record_follows_the_slice_name():
         return plan["audit"]["roles"]["edge_netqos"]["inputs"]
 
     before, after = netqos_inputs({}), netqos_inputs({"edge_cgroups_slice": "llm.slice"})
-    assert sorted(before["plan"]) == ["netqos"]
+    assert sorted(before["plan"]) == ["netqos", "package"]
     assert before["plan"]["netqos"] != after["plan"]["netqos"]
     assert netqos_inputs({}) == before
+
+
+def test_the_device_package_directory_is_an_input_of_the_roles_that_run_its_programs():
+    """Another edge_package_install_dir re-installs the package and rewrites what runs it (the boot unit,
+    the audit service, the netqos command), and changes no other role's inputs."""
+    before = audit_plan("orin-nx")
+    after = audit_plan("orin-nx", {"edge_package_install_dir": "/opt/edgetune/package"})
+    assert after["package"] == {"install_dir": "/opt/edgetune/package",
+                                "audit_program": "/opt/edgetune/package/edge_audit.py"}
+    assert before["package"]["install_dir"] == "/usr/local/lib/edgetune/package"
+    changed = sorted(role for role, entry in after["audit"]["roles"].items()
+                     if entry["inputs"] != before["audit"]["roles"][role]["inputs"])
+    assert changed == ["edge_audit_timer", "edge_boot", "edge_netqos", "edge_package"]
 
 
 # --------------------------------------------------------------------------

@@ -232,7 +232,7 @@ def test_inventory_changed_since_the_apply_is_drift_naming_the_variable(host):
 
 MOVE_TC1_BACK_TO_VC0 = """
 import sys
-sys.path.insert(0, "/usr/local/lib/edgetune/boot")
+sys.path.insert(0, "/usr/local/lib/edgetune/package")
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_pcie
 path = "/sys/bus/pci/devices/%s/config"
 vc = [v for v in edge_pcie.parse(edge_pcie.read_config(path))["vc_capabilities"] if v["type"] == "VC"][0]
