@@ -344,6 +344,8 @@ def netqos_part(slice_):
 
 # The collection this file belongs to (plugins/module_utils/edge_plan.py).
 COLLECTION = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 @functools.lru_cache(maxsize=None)
 def collection_state(root=COLLECTION):
     """The state of the collection's files (name, size, time of each: edge_code.tree_state), once per

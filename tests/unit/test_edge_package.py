@@ -66,8 +66,8 @@ def test_the_audit_command_and_the_boot_program_run_from_the_package_alone(tmp_p
     directory = tmp_path / "package"
     install(directory)
     env = {"PATH": os.environ["PATH"]}
-    checks = edge_package.checks([{"dest": str(directory / "edge_audit.py"),
-                                    "data": (directory / "edge_audit.py").read_bytes()}], str(directory))
+    command = directory / "edge_audit.py"
+    checks = edge_package.checks([{"dest": str(command), "data": command.read_bytes()}], str(directory))
     (tmp_path / "checks.json").write_text(json.dumps({"checks": checks}))
     done = subprocess.run([sys.executable, "-S", str(directory / "edge_audit.py"),
                            "--checks", str(tmp_path / "checks.json"), "--lease", str(tmp_path / "apply.lease")],
