@@ -56,6 +56,12 @@ class ActionModule(ValidateAction):
             # An apply's first device execution read the records (ansible_facts.edge_applied): roles whose
             # last apply is current and holds are skipped; --tags full (or edge_converge_full) runs them all.
             applied = (task_vars.get("ansible_facts") or {}).get("edge_applied")
+            if applied is not None:
+                # What the plan decides from (the results themselves are the audit's).
+                applied = dict((role, dict((k, v) for k, v in entry.items() if k != "results"))
+                               for role, entry in applied.items())
+            if self._templar.template(task_vars.get("edge_mode", "apply")) == "audit":
+                applied = None                                          # the audit applies nothing
             plan = edge_plan.build(checked["intent"], facts, profile, checked["partition"], checked["slice"],
                                    role_options=role_options, code=code_digests(edge_plan.RECORDED_ROLES),
                                    applied=self._templar.template(applied) if applied is not None else None,

@@ -604,75 +604,115 @@ def _applied_result(role, state, detail):
             "desired": None, "persisted": None, "running": None}
 
 
-def audit_records(root="/", record_dir=RECORD_DIR, expected=None):
-    """Evaluate the checks of every role's record.
-
-    ``expected``: {role: {"enabled", "inputs"}} from today's plan (the
-    controller's audit), or None (the on-device timer: every record found,
-    evaluated as recorded). Returns (results, summary) as ``audit``.
-    """
-    results, checks = [], []
-    if expected is None:
+def evaluate_records(root="/", record_dir=RECORD_DIR, roles=None):
+    """The device's half of the audit: every record of ``roles`` (None: every record found) read and its
+    checks evaluated, {role: {"inputs": the recorded inputs, "results": one per check, and for the runtime
+    "artifacts": {kind: sha256} of the release it serves}, or {"error": why it cannot be read}}; a role
+    without a record is left out. None when the record directory cannot be listed (``roles`` None)."""
+    if roles is None:
         try:
-            names = sorted(n[:-5] for n in os.listdir(_under(root, record_dir)) if n.endswith(".json"))
-        except OSError as exc:
-            names = []
-            results.append(_applied_result("edgetune", "drifted", "no apply records in %s (%s): run site.yml"
-                                           % (record_dir, exc.strerror)))
-        expected = dict((name, {"enabled": True}) for name in names)
-    for role, want in sorted(expected.items()):
-        if not want.get("enabled", True):
-            continue
+            roles = sorted(n[:-5] for n in os.listdir(_under(root, record_dir)) if n.endswith(".json"))
+        except OSError:
+            return None
+    evaluated = {}
+    for role in sorted(roles):
         try:
             record = read_record(root, record_dir, role)
         except ValueError as exc:
-            results.append(_applied_result(role, "error", str(exc)))
+            evaluated[role] = {"error": str(exc)}
             continue
         if record is None:
+            continue
+        evaluated[role] = {"inputs": record.get("inputs"), "results": audit(record["checks"], root)[0]}
+        served = [check.get("artifacts") for check in record["checks"] if check.get("kind") == "runtime"]
+        if served:
+            evaluated[role]["artifacts"] = served[0]
+    return evaluated
+
+
+def judge_records(evaluated, record_dir=RECORD_DIR, expected=None):
+    """The audit's results and summary from ``evaluated`` (evaluate_records: on the device, in the same
+    execution as the facts, or just before): ``expected`` {role: {"enabled", "inputs"}} from today's plan
+    (the controller's audit), or None (the on-device timer: every record found, judged as recorded). A
+    role without a record, or whose recorded inputs differ from today's, is reported drifted, naming what
+    changed."""
+    results, checked = [], []
+    if expected is None:
+        if evaluated is None:
+            results.append(_applied_result("edgetune", "drifted", "no apply records in %s: run site.yml"
+                                           % record_dir))
+        expected = dict((name, {"enabled": True}) for name in sorted(evaluated or {}))
+    for role, want in sorted(expected.items()):
+        if not want.get("enabled", True):
+            continue
+        found = (evaluated or {}).get(role)
+        if found is None:
             results.append(_applied_result(role, "drifted", "never applied here: no %s (run site.yml)"
                                            % record_path(record_dir, role)))
             continue
+        if "error" in found:
+            results.append(_applied_result(role, "error", found["error"]))
+            continue
         if "inputs" in want:
-            changes = inputs_changes(record.get("inputs"), want["inputs"])
+            changes = inputs_changes(found.get("inputs"), want["inputs"])
             if changes:
                 results.append(_applied_result(role, "drifted", "the desired state changed since the last apply "
                                                "(run site.yml): " + "; ".join(changes)))
             else:
                 results.append(_applied_result(role, "ok", ""))
-        checks += record["checks"]
-    results += audit(checks, root)[0]
+        checked += found["results"]
+    results += checked
     summary = dict((state, sum(1 for r in results if r["state"] == state)) for state in STATES)
     return results, summary
 
 
-# States in which a recorded check lets its role be skipped: the setting is as applied, or the board
-# cannot have it. pending-reboot is not one: the role must run to ask for the reboot.
+def audit_records(root="/", record_dir=RECORD_DIR, expected=None):
+    """Evaluate the checks of every role's record and judge them (evaluate_records, then judge_records)."""
+    roles = None if expected is None else [role for role, want in expected.items() if want.get("enabled", True)]
+    return judge_records(evaluate_records(root, record_dir, roles), record_dir, expected)
+
+
 HOLDING = ("ok", "unsupported")
 
 
+def task_results(params):
+    """The results and summary of the edge_audit task: its ``records`` (the plan's audit part), judged from
+    ``evaluated`` where the run's first device execution evaluated them (the controller, no device read) or
+    read and evaluated now, then its explicit ``checks``."""
+    results = []
+    records = params.get("records")
+    if records is not None:
+        record_dir = records.get("record_dir") or RECORD_DIR
+        expected = records.get("roles") or {}
+        if params.get("evaluated") is not None:
+            results += judge_records(params["evaluated"], record_dir, expected)[0]
+        else:
+            results += audit_records(params.get("root") or "/", record_dir, expected)[0]
+    if params.get("checks"):
+        results += audit(params["checks"], params.get("root") or "/")[0]
+    summary = dict((state, sum(1 for r in results if r["state"] == state)) for state in STATES)
+    return results, summary
+
+
+def findings_line(results):
+    """What the audit found, on one line: the settings by state (ok and unsupported counted)."""
+    found = ["%s: %s" % (state, ", ".join(r["setting"] for r in results if r["state"] == state))
+             for state in STATES if state not in ("ok", "unsupported") and any(r["state"] == state for r in results)]
+    counted = "%d ok, %d unsupported" % (sum(1 for r in results if r["state"] == "ok"),
+                                         sum(1 for r in results if r["state"] == "unsupported"))
+    return "; ".join(found + [counted])
+
+
 def applied_state(root="/", record_dir=RECORD_DIR):
-    """What an apply's first device execution tells the controller of the last apply: {role: {"inputs":
-    the recorded inputs, "holds": whether every recorded check holds now, "not_holding": the first
-    settings that do not, with their state, and for the runtime "artifacts": {kind: sha256} of the
-    release it serves}}; a record that cannot be read is left out (its role runs)."""
-    try:
-        names = sorted(n[:-5] for n in os.listdir(_under(root, record_dir)) if n.endswith(".json"))
-    except OSError:
-        return {}
-    state = {}
-    for role in names:
-        try:
-            record = read_record(root, record_dir, role)
-        except ValueError:
-            continue
-        if record is None:
-            continue
-        results = audit(record["checks"], root)[0]
-        failing = ["%s: %s" % (r["setting"], r["state"]) for r in results if r["state"] not in HOLDING]
-        state[role] = {"inputs": record.get("inputs"), "holds": not failing, "not_holding": failing[:3]}
-        served = [check.get("artifacts") for check in record["checks"] if check.get("kind") == "runtime"]
-        if served:
-            state[role]["artifacts"] = served[0]
+    """What an apply's or an audit's first device execution tells the controller of the last apply: the
+    evaluated records (evaluate_records, every record found) and, per role that could be read, whether
+    every recorded check holds now (``holds``) and the first settings that do not, with their state
+    (``not_holding``); a record that cannot be read has only its ``error`` (its role runs)."""
+    state = evaluate_records(root, record_dir) or {}
+    for entry in state.values():
+        if "results" in entry:
+            failing = ["%s: %s" % (r["setting"], r["state"]) for r in entry["results"] if r["state"] not in HOLDING]
+            entry.update(holds=not failing, not_holding=failing[:3])
     return state
 
 

@@ -492,6 +492,8 @@ def converge_part(audit, applied, full=False, artifacts=None):
             why = "full converge asked for" if full else "not an apply"
         elif record is None:
             why = "never applied here"
+        elif "error" in record:
+            why = "its record cannot be read: " + record["error"]
         else:
             changes = edge_audit.inputs_changes(record.get("inputs"), entry.get("inputs"))
             if role == "edge_runtime":

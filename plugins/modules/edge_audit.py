@@ -52,6 +52,14 @@ options:
         evaluated; a role without a record, or whose recorded inputs differ from today's, is reported drifted
         (setting C(ROLE applied state)), naming the variables and plan parts that changed.
     type: dict
+  evaluated:
+    description:
+      - With O(records), the records as the run's first device execution already read and evaluated them
+        (C(ansible_facts.edge_applied), which role edge_facts publishes in an apply and in the audit's preflight).
+        The action plugin then judges them against O(records) on the controller, and the module does not run, so
+        the audit costs the device one execution, the facts' own.
+      - Leave it out where the device changed since that execution (an apply's own checks).
+    type: dict
   root:
     description: Root of the tree to read, for tests on fixture trees.
     type: path
@@ -163,7 +171,7 @@ if ON_DEVICE:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import (  # noqa: E402
-    STATES, audit, audit_records, prometheus_text)
+    audit, audit_records, findings_line, prometheus_text, task_results)
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_lease  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_metrics import with_new_timestamp  # noqa: E402
@@ -211,34 +219,13 @@ def cli(argv):
     return 0 if summary["drifted"] == summary["error"] == 0 else 1
 
 
-def evaluate(params):
-    """The results and summary of the records (when given), then the explicit checks."""
-    results = []
-    records = params["records"]
-    if records is not None:
-        results += audit_records(params["root"], records.get("record_dir") or "/etc/edgetune/applied",
-                                 records.get("roles") or {})[0]
-    if params["checks"]:
-        results += audit(params["checks"], params["root"])[0]
-    summary = dict((state, sum(1 for r in results if r["state"] == state)) for state in STATES)
-    return results, summary
-
-
-def findings_line(results):
-    """What the audit found, on one line: the settings by state (ok and unsupported counted)."""
-    found = ["%s: %s" % (state, ", ".join(r["setting"] for r in results if r["state"] == state))
-             for state in STATES if state not in ("ok", "unsupported") and any(r["state"] == state for r in results)]
-    counted = "%d ok, %d unsupported" % (sum(1 for r in results if r["state"] == "ok"),
-                                         sum(1 for r in results if r["state"] == "unsupported"))
-    return "; ".join(found + [counted])
-
-
 def main():
     from ansible.module_utils.basic import AnsibleModule
     module = AnsibleModule(
         argument_spec={
             "checks": {"type": "list", "elements": "dict"},
             "records": {"type": "dict"},
+            "evaluated": {"type": "dict"},
             "root": {"type": "path", "default": "/"},
             "prometheus_file": {"type": "path"},
             "host": {"type": "str", "default": "localhost"},
@@ -246,7 +233,7 @@ def main():
         required_one_of=[("checks", "records")],
         supports_check_mode=True,
     )
-    results, summary = evaluate(module.params)
+    results, summary = task_results(module.params)
     if module.params["prometheus_file"] and not module.check_mode:
         try:
             atomic_write(module.params["prometheus_file"], prometheus_text(module.params["host"], results),

@@ -240,6 +240,30 @@ def test_an_unreadable_record_is_an_error_not_a_traceback(tmp_path, content):
     assert summary["error"] == 1 and "edge_cpu.json" in results[0]["detail"]
 
 
+def test_the_audit_judged_on_the_controller_from_the_facts_execution_finds_the_same(tmp_path):
+    """playbooks/audit.yml's one device execution: the records evaluated with the facts (applied_state),
+    then judged against today's plan on the controller (task_results with evaluated) -- the same results
+    as the module reading and judging them on the device, for every kind of finding."""
+    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import applied_state, task_results
+    root = device(tmp_path, " " + " ".join(ARGS), " " + " ".join(ARGS[:1]))       # one argument pending
+    record(root, "edge_bootargs", [cmdline_check()])
+    record(root, "edge_cpu", [cmdline_check(args=["nohz_full=1-3"], setting="other args")])
+    bad = root / RECORD_DIR.lstrip("/") / "edge_power.json"
+    bad.write_text("{not json")
+    today = {"variables": {"edge_bootargs_extra": ["quiet"]}, "plan": {"bootargs": "a2"}}
+    records = {"record_dir": RECORD_DIR, "roles": {
+        "edge_bootargs": {"enabled": True, "inputs": today}, "edge_cpu": {"enabled": True, "inputs": INPUTS},
+        "edge_power": {"enabled": True, "inputs": INPUTS}, "edge_boot": {"enabled": True, "inputs": INPUTS},
+        "edge_pcie_qos": {"enabled": False, "inputs": INPUTS}}}
+    on_device = task_results({"records": records, "root": str(root)})
+    judged = task_results({"records": records, "evaluated": applied_state(str(root), RECORD_DIR)})
+    assert judged == on_device
+    states = dict((r["setting"], r["state"]) for r in judged[0])
+    assert states == {"edge_boot applied state": "drifted", "edge_bootargs applied state": "drifted",
+                      "edge_cpu applied state": "ok", "edge_power applied state": "error",
+                      "bootargs": "pending-reboot", "other args": "drifted"}
+
+
 def test_on_device_timer_reads_every_record_as_recorded(tmp_path):
     root = device(tmp_path, "", "")  # the boot file lost its arguments
     record(root, "edge_bootargs", [cmdline_check()])
@@ -639,9 +663,10 @@ def test_applied_state_says_which_records_hold_now(tmp_path):
     record(root, "edge_cpu", [cmdline_check(args=["nohz_full=1-3"], setting="other args")])
     (root / RECORD_DIR.lstrip("/") / "edge_power.json").write_text("{not json")
     state = applied_state(str(root), RECORD_DIR)
+    assert [r["state"] for r in state["edge_bootargs"].pop("results")] == ["ok"]
     assert state["edge_bootargs"] == {"inputs": INPUTS, "holds": True, "not_holding": []}
     assert state["edge_cpu"]["holds"] is False and state["edge_cpu"]["not_holding"] == ["other args: drifted"]
-    assert "edge_power" not in state                                   # unreadable: the role runs
+    assert "edge_power.json" in state["edge_power"]["error"]            # unreadable: the role runs
 
 
 def test_the_plan_skips_only_roles_that_are_current_and_hold():

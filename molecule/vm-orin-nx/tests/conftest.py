@@ -24,13 +24,14 @@ BOOTARGS = ["isolcpus=managed_irq,domain,4-7", "nohz_full=4-7", "rcu_nocbs=4-7",
 
 
 def configured(host_name):
-    """Role defaults < inventory/twin/group_vars/all.yml < the VM's host vars."""
+    """Role defaults < inventory/twin/group_vars/all.yml < the VM's host vars < the scenario's extra vars."""
     merged = {}
     for path in sorted((PROJECT / "roles").glob("*/defaults/main.yml")):
         merged.update(yaml.safe_load(path.read_text()) or {})
     merged.update(yaml.safe_load((PROJECT / "inventory/twin/group_vars/all.yml").read_text()) or {})
     host_vars = PROJECT / "tools/edgetune_dev/vm/host_vars" / (host_name + ".yml")
     merged.update(yaml.safe_load(host_vars.read_text()) or {})
+    merged.update(scenario_extra_vars())
     return merged
 
 
@@ -76,6 +77,15 @@ def scenario_ansible_args():
     scenario = Path(os.environ.get("MOLECULE_SCENARIO_DIRECTORY", Path(__file__).resolve().parents[1]))
     config = yaml.safe_load((scenario / "molecule.yml").read_text())
     return list(config["provisioner"].get("ansible_args") or [])
+
+
+def scenario_extra_vars():
+    """The --extra-vars (JSON) among the scenario's ansible-playbook arguments."""
+    args, found = scenario_ansible_args(), {}
+    for flag, value in zip(args, args[1:]):
+        if flag in ("-e", "--extra-vars"):
+            found.update(json.loads(value))
+    return found
 
 
 def run_site(host, *extra):

@@ -7,7 +7,7 @@ site.yml converges it like a built-in board, and `edgetune verify` runs the
 molecule device checks against the twin (all of them) and against the VM
 itself (those only a real kernel proves; expectations from the inventory's
 intent and the VM's facts, with the roles this scenario leaves out switched
-off as its --skip-tags leaves them out).
+off as its --skip-tags leaves them out, and its extra vars).
 Runs before test_vm.py (file order), on the converged VM; reads the VM only.
 """
 import hashlib
@@ -19,13 +19,14 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 import yaml
-from conftest import PROJECT, read, recap
+from conftest import PROJECT, read, recap, scenario_extra_vars
 
 NAME = "cap-vm"
 TWIN = NAME + "-1"
 VM = "vm-orin-nx-16gb-r36"
-# What this scenario's --skip-tags (molecule.yml) leaves out, for verify's plan.
-SKIPPED_ROLES = ["-e", '{"edge_power_enabled": false}']
+# For verify's plan: what this scenario's --skip-tags (molecule.yml) leaves out, and what its extra vars
+# deploy on purpose (SCHED_FIFO).
+PLAN_VARS = ["-e", '{"edge_power_enabled": false}', "-e", json.dumps(scenario_extra_vars())]
 
 
 def edgetune(*args, env=None):
@@ -117,7 +118,7 @@ def test_verify_against_the_vm_itself(captured):
     junit = captured["work"] / "vm.xml"
     started = time.time()
     done = edgetune("verify", "-l", VM, "-i", os.environ["MOLECULE_INVENTORY_FILE"], "--junit", str(junit),
-                    "-k", " or ".join(VM_ONLY_CHECKS), *SKIPPED_ROLES, env=captured["env"])
+                    "-k", " or ".join(VM_ONLY_CHECKS), *PLAN_VARS, env=captured["env"])
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     suite = ElementTree.parse(str(junit)).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
@@ -137,7 +138,7 @@ def test_verify_fails_on_the_vm_after_a_drift_naming_the_setting(host, captured)
     host.run_expect([0], "echo %d > %s" % (1 - int(tuned), path))
     try:
         done = edgetune("verify", "-l", VM, "-i", os.environ["MOLECULE_INVENTORY_FILE"], "--junit", str(junit),
-                        "-k", "kernel_settings", *SKIPPED_ROLES, env=captured["env"])
+                        "-k", "kernel_settings", *PLAN_VARS, env=captured["env"])
     finally:
         host.run_expect([0], "echo %s > %s" % (tuned, path))
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]

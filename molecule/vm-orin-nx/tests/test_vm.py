@@ -125,10 +125,13 @@ def assert_threads(host, config, policy, rt_priority):
     assert answer.stdout.strip() == "200", answer.stdout + answer.stderr
 
 
-def test_runtime_threads_run_the_default_policy_on_the_inference_cpus(host, config):
-    """The converge deployed the default: pinned SCHED_OTHER on every llama-server thread."""
-    assert config["edge_runtime_sched_policy"] == "other"
-    assert_threads(host, config, 0, 0)                                   # SCHED_OTHER, no RT priority
+def test_fifo_deployed_on_purpose_reaches_every_thread_under_rt_throttling(host, config):
+    """SCHED_FIFO, deployed on purpose over the default (pinned SCHED_OTHER, which the container twins
+    deploy: the scenario's extra vars), reaches every llama-server thread with the configured priority
+    and the inference CPUs, under the real kernel's RT throttling."""
+    assert (config["edge_runtime_sched_policy"], config["edge_runtime_require_fifo"]) == ("fifo", True)
+    assert read(host, "/proc/sys/kernel/sched_rt_runtime_us") != "-1"    # real RT throttling is on
+    assert_threads(host, config, 1, config["edge_runtime_sched_priority"])
 
 
 def quote(text):
@@ -229,16 +232,3 @@ def test_bad_root_is_caught_and_the_fallback_label_brings_the_vm_back(host):
     out = run_site(host, "--check", "--diff")
     stats = recap(out.stdout, name)
     assert stats["changed"] == 0 and stats["failed"] == 0 and stats["unreachable"] == 0, out.stdout[-4000:]
-
-
-# Last: it leaves the runtime on SCHED_FIFO (the scenario destroys the VM next), so no test after it
-# needs the converged state back, which would cost another deploy under emulation.
-def test_fifo_deployed_on_purpose_reaches_every_thread_under_rt_throttling(host, config):
-    """SCHED_FIFO, deployed on purpose over the default, reaches every llama-server thread with the
-    configured priority and the inference CPUs, under the real kernel's RT throttling."""
-    assert read(host, "/proc/sys/kernel/sched_rt_runtime_us") != "-1"    # real RT throttling is on
-    fifo = {"edge_runtime_sched_policy": "fifo", "edge_runtime_require_fifo": True}
-    out = run_site(host, "--tags", RUNTIME_TAGS, "-e", json.dumps(fifo))
-    stats = recap(out.stdout, host.backend.host)
-    assert stats["failed"] == 0 and stats["unreachable"] == 0 and stats["changed"] > 0, out.stdout[-4000:]
-    assert_threads(host, config, 1, config["edge_runtime_sched_priority"])
