@@ -28,5 +28,6 @@ class ActionModule(ActionBase):
             return result
         results, summary = edge_audit.task_results(
             {"records": args["records"], "evaluated": args["evaluated"]})
-        result.update(changed=False, results=results, summary=summary, msg=edge_audit.findings_line(results))
+        result.update(changed=False, results=results, summary=summary, msg=edge_audit.findings_line(results),
+                      judged_on="controller")
         return result

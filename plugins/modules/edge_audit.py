@@ -153,6 +153,11 @@ results:
           null for kinds without one.
       returned: always
       type: raw
+judged_on:
+  description: V(controller) where the action plugin judged O(evaluated) without running the module on the device.
+  returned: when O(evaluated) is given
+  type: str
+  sample: controller
 summary:
   description: The number of results in each state.
   returned: always

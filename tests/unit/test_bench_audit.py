@@ -22,13 +22,15 @@ REPORT = {"plays": [{"tasks": [
     task("Skipped", {"b": {"action": "ansible.builtin.stat", "skipped": True}}),
     task("Audit", {"a": {"action": "edgetune.fleet.edge_audit", "results": [
         {"setting": "kernel boot arguments", "state": "ok"}, {"setting": "edge_cpu applied state", "state": "ok"},
-        {"setting": "IRQ affinity", "state": "drifted"}]}}),
+        {"setting": "IRQ affinity", "state": "drifted"}]},
+                   "b": {"action": "edgetune.fleet.edge_audit", "judged_on": "controller", "results": []}}),
     task("Show", {"a": {"action": "ansible.builtin.debug"}}),
 ]}]}
 
 
 def test_module_executions_count_device_work_only():
-    # a: edge_facts, one slurp item (the other skipped), edge_audit (its own "results" are not loop items)
+    # a: edge_facts, one slurp item (the other skipped), edge_audit (its own "results" are not loop items);
+    # b: edge_facts, and an edge_audit judged on the controller from what edge_facts evaluated
     assert bench_audit.executions(REPORT) == {"a": 3, "b": 1}
 
 

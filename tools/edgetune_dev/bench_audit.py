@@ -46,7 +46,8 @@ def executions(report):
         for task in play.get("tasks") or []:
             for host, res in (task.get("hosts") or {}).items():
                 counts.setdefault(host, 0)
-                if short_action(res.get("action")) in CONTROLLER_ACTIONS or res.get("skipped"):
+                if (short_action(res.get("action")) in CONTROLLER_ACTIONS or res.get("skipped")
+                        or res.get("judged_on") == "controller"):
                     continue
                 items = res.get("results")
                 if isinstance(items, list) and items and all(isinstance(i, dict) and "ansible_loop_var" in i
