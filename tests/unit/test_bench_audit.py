@@ -20,10 +20,11 @@ REPORT = {"plays": [{"tasks": [
     task("Read two files", {"a": {"action": "ansible.builtin.slurp", "results": [
         {"ansible_loop_var": "item", "item": "x"}, {"ansible_loop_var": "item", "item": "y", "skipped": True}]}}),
     task("Skipped", {"b": {"action": "ansible.builtin.stat", "skipped": True}}),
-    task("Audit", {"a": {"action": "edgetune.fleet.edge_audit", "results": [
-        {"setting": "kernel boot arguments", "state": "ok"}, {"setting": "edge_cpu applied state", "state": "ok"},
-        {"setting": "IRQ affinity", "state": "drifted"}]},
-                   "b": {"action": "edgetune.fleet.edge_audit", "judged_on": "controller", "results": []}}),
+    task("Audit", {
+        "a": {"action": "edgetune.fleet.edge_audit", "results": [
+            {"setting": "kernel boot arguments", "state": "ok"}, {"setting": "edge_cpu applied state", "state": "ok"},
+            {"setting": "IRQ affinity", "state": "drifted"}]},
+        "b": {"action": "edgetune.fleet.edge_audit", "judged_on": "controller", "results": []}}),
     task("Show", {"a": {"action": "ansible.builtin.debug"}}),
 ]}]}
 
