@@ -51,7 +51,7 @@ def test_a_measured_winner_is_planned_deployed_and_audited_clean_until_forgotten
     default_threads = env_threads(host)
     assert default_threads != "2"
     options = {"edge_runtime_autotune_server": SHIM, "edge_runtime_autotune_candidates": ["two:threads=2"],
-               "edge_runtime_autotune_generations": 3, "edge_runtime_autotune_max_tokens": 5,
+               "edge_runtime_autotune_generations": 2, "edge_runtime_autotune_max_tokens": 4,
                "edge_runtime_autotune_timeout": 120}
     # The real llama-server then runs two threads on the twin's two shared CPUs, which stall for
     # seconds while make test runs beside: gates for that (the same for the audits, whose inputs
