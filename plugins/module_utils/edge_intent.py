@@ -1007,6 +1007,8 @@ class _Checker(object):
         self.int_range("edge_runtime_ctx_size", 64, 1048576)
         self.autotune()
         self.int_range("edge_runtime_gate_generations", 1, 1000)
+        self.int_range("edge_runtime_gate_warmup_generations", 0, 1000)
+        self.int_range("edge_runtime_gate_golden_tokens", 0, 4096)
         self.int_range("edge_runtime_gate_max_tokens", 2, 4096)
         for name in ("edge_runtime_ttft_p99_ms", "edge_runtime_token_p99_ms"):
             if self.ok(name) and not 0 <= v[name] <= 600000:

@@ -139,6 +139,12 @@ options:
         the record's other keys (C(text), C(recorded_with), ...) are ignored.
     type: dict
     default: {}
+  golden_tokens:
+    description:
+      - Generate and compare only the first N recorded tokens; 0 compares them all. Fewer tokens still catch
+        a wrong model, less surely, on hosts where each token costs seconds (an emulated machine).
+    type: int
+    default: 0
 attributes:
   check_mode:
     description:
@@ -368,6 +374,10 @@ def gate_golden(module, params, result):
             not all(isinstance(t, str) for t in tokens) or not isinstance(count, int) or count < 1:
         raise EdgeError("golden gate: golden must have a string prompt, a list of string tokens and a positive "
                         "max_tokens (the engine manifest's golden record), not %s" % json.dumps(golden)[:200])
+    if params["golden_tokens"]:
+        # Only the first N recorded tokens: at temperature 0 they are the same prefix.
+        golden = dict(golden, tokens=tokens[:params["golden_tokens"]])
+        count = min(count, params["golden_tokens"])
     try:
         run = stream_completion(params["port"], golden["prompt"], count, timeout=params["request_timeout"],
                                 path=params["stream_path"], require_tokens=False)
@@ -408,15 +418,17 @@ def main():
             ttft_p99_ms=dict(type="float", default=0),
             token_p99_ms=dict(type="float", default=0, no_log=False),
             golden=dict(type="dict", default={}),
+            golden_tokens=dict(type="int", default=0, no_log=False),
         ),
         supports_check_mode=True,
     )
     params = module.params
     if params["requests"] < 1 or params["concurrency"] < 1 or params["warmup"] < 0:
         module.fail_json(msg="requests and concurrency must be at least 1, warmup 0 or more")
-    if params["generations"] < 1 or params["warmup_generations"] < 0 or params["max_tokens"] < 2:
-        module.fail_json(msg="generations must be at least 1, warmup_generations 0 or more and max_tokens "
-                             "at least 2 (one gap between two tokens)")
+    if params["generations"] < 1 or params["warmup_generations"] < 0 or params["max_tokens"] < 2 \
+            or params["golden_tokens"] < 0:
+        module.fail_json(msg="generations must be at least 1, warmup_generations and golden_tokens 0 or more and "
+                             "max_tokens at least 2 (one gap between two tokens)")
     if (params["expect"] or {}).get("cpus"):
         try:
             parse_cpulist(params["expect"]["cpus"])

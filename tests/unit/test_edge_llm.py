@@ -218,6 +218,16 @@ def test_golden_gate_refuses_other_first_tokens(capsys, monkeypatch, streamer):
                       golden=dict(golden, text=" Paris. It", recorded_with="llama-server x", max_tokens=3))
     assert not result.get("failed"), result.get("msg")
 
+    # golden_tokens: only the first N recorded tokens are asked for and compared.
+    port, handler = streamer(tokens=[" Paris", ",", " It"])
+    result = run_gate(capsys, monkeypatch, ACTIVE, gates=["golden"], port=port, golden=golden, golden_tokens=1)
+    assert not result.get("failed"), result.get("msg")
+    assert handler.requests[0]["max_tokens"] == 1 and result["golden"]["expected"] == [" Paris"]
+    result = run_gate(capsys, monkeypatch, ACTIVE, gates=["golden"], port=port, golden=golden, golden_tokens=2)
+    assert result["failed"] and "token 1: ',' instead of '.'" in result["msg"]
+    result = run_gate(capsys, monkeypatch, ACTIVE, gates=["golden"], port=port, golden=golden, golden_tokens=-1)
+    assert result["failed"] and "golden_tokens 0 or more" in result["msg"]
+
     # An engine that stops at once (a broken model often gives end-of-text first) is refused the same way.
     port, _handler = streamer(tokens=[])
     result = run_gate(capsys, monkeypatch, ACTIVE, gates=["golden"], port=port, golden=golden)
