@@ -9,11 +9,14 @@ VENV38  := .venv38
 BIN     := $(CURDIR)/$(VENV)/bin
 FLEET   ?= orin-nx-16gb-r36:1,agx-orin-64gb-r35:1,rock5b-rk3588:1
 # The VM twin's scenario (a real kernel and bootloader under emulation, about
-# 40 minutes) runs beside the rest of `make test`; VM=0 leaves it out.
+# 20 minutes) runs beside the rest of `make test`; VM=0 leaves it out.
 VM ?= 1
 VM_SCENARIO := vm-orin-nx
-# The container twins' molecule scenarios: every other molecule/*/molecule.yml.
-SCENARIOS ?= $(filter-out $(VM_SCENARIO),$(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+# The container twins' molecule scenarios: every other molecule/*/molecule.yml,
+# the longest first (make test starts them in this order).
+ALL_SCENARIOS := $(filter-out $(VM_SCENARIO),$(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
+LONGEST_FIRST := orin-nx-r36 rock5b agx-orin-r35
+SCENARIOS ?= $(filter $(ALL_SCENARIOS),$(LONGEST_FIRST)) $(filter-out $(LONGEST_FIRST),$(ALL_SCENARIOS))
 # This checkout is the collection edgetune.fleet; ansible.cfg finds it through
 # this link (never a copy).
 COLLECTION_LINK := .cache/collections/ansible_collections/edgetune/fleet
@@ -21,7 +24,7 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help collection sanity consumer venv venv38 promtool engine images vm-image lint unit unit38 molecule vm-test integration test demo twins-down artifacts bench
+.PHONY: help collection sanity consumer venv venv38 promtool engine images vm-image netqos-host lint unit unit38 molecule vm-test integration test demo twins-down artifacts bench
 
 help:
 	@echo "make demo   provision a twin fleet with site.yml (orin-fleet, then rk3588-fleet)"
@@ -85,8 +88,11 @@ unit: venv promtool
 unit38: venv38
 	tools/run-unit-py38 $(VENV38) $(VENV)
 
-integration: venv artifacts
+# bcc, pyroute2 and the kernel's headers for the eBPF classifier's tests (as root).
+netqos-host:
 	if [ "$$(id -u)" -eq 0 ]; then tools/setup-netqos-host; fi
+
+integration: venv artifacts netqos-host
 	pytest -q tests/integration
 
 # Molecule 26 looks for a scenario named default for its shared state and, not finding one (we
@@ -94,23 +100,22 @@ integration: venv artifacts
 # on; that one line is dropped.
 MOLECULE_NOISE := 'molecule/default/molecule.yml'"'"' glob failed'
 
-molecule: images artifacts
-	for scenario in $(SCENARIOS); do \
-	    molecule test -s $$scenario 2>&1 | { grep --line-buffered -v $(MOLECULE_NOISE) || true; }; \
-	done
+molecule: $(addprefix molecule-,$(SCENARIOS))
+
+molecule-%: images artifacts
+	molecule test -s $* 2>&1 | { grep --line-buffered -v $(MOLECULE_NOISE) || true; }
 
 vm-test: vm-image artifacts
 	molecule test -s $(VM_SCENARIO) 2>&1 | { grep --line-buffered -v $(MOLECULE_NOISE) || true; }
 
-# Package installs (Docker engine, qemu) and shared builds first, then the VM
-# scenario in the background while the rest runs.
-ifeq ($(VM),0)
-test: lint unit unit38 integration molecule
-else
-test: engine vm-image artifacts
-	tools/beside .cache/vm-test.log "$(MAKE) --no-print-directory vm-test" -- \
-	    $(MAKE) --no-print-directory lint unit unit38 integration molecule
-endif
+# make test: first what installs or builds (one installer at a time), then its
+# parts two at a time (tools/jobs): each keeps about one CPU busy, and this
+# machine has two. The longest first: the VM scenario, beside it the checks and
+# then the container scenarios, each taken by whichever slot frees first.
+TEST_SETUP := engine images artifacts venv38 promtool netqos-host $(if $(filter 0,$(VM)),,vm-image)
+TEST_JOBS := $(if $(filter 0,$(VM)),,vm-test) lint unit unit38 integration $(addprefix molecule-,$(SCENARIOS))
+test: $(TEST_SETUP)
+	tools/jobs 2 "$(addprefix -o ,venv collection $(TEST_SETUP))" $(TEST_JOBS)
 
 demo: images artifacts
 	tools/demo "$(FLEET)"
