@@ -39,6 +39,7 @@ def test_extlinux_keeps_a_bootable_fallback_entry(host, expected):
     assert "# LABEL backup" in text  # NVIDIA's commented block is left as it was
 
 
+@pytest.mark.one_per_family
 def test_pending_reboot_with_policy_never_then_dropped_args_removed(host, expected):
     """A new argument is persisted but reported pending under policy never;
     dropping it from the intent removes it again (and only it)."""

@@ -39,6 +39,7 @@ def test_the_classifier_is_back_after_a_reboot(host):
     assert check.rc == 0, check.stdout + check.stderr
 
 
+@pytest.mark.one_board
 def test_where_bcc_does_not_import_it_reports_unsupported_and_changes_nothing(host):
     """A Python without bcc and pyroute2 (no site packages) and installation off: reported, not failed."""
     before = qdiscs(host)
