@@ -21,6 +21,9 @@ from edgetune.errors import UsageError
 from edgetune_dev.twin import manager
 from edgetune_dev.vm import image
 
+# The tools' apt runs on the development host: not device code, not run under Python 3.8.
+pytestmark = pytest.mark.controller
+
 FAKE_APT = r'''#!{python}
 import json, os, sys, time
 state = os.environ["FAKE_APT_STATE"]
