@@ -9,7 +9,7 @@ VENV38  := .venv38
 BIN     := $(CURDIR)/$(VENV)/bin
 FLEET   ?= orin-nx-16gb-r36:1,agx-orin-64gb-r35:1,rock5b-rk3588:1
 # The VM twin's scenario (a real kernel and bootloader under emulation, about
-# 20 minutes) runs beside the rest of `make test`; VM=0 leaves it out.
+# 20-25 minutes) runs beside the rest of `make test`; VM=0 leaves it out.
 VM ?= 1
 VM_SCENARIO := vm-orin-nx
 # The container twins' molecule scenarios: every other molecule/*/molecule.yml,
