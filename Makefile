@@ -118,7 +118,11 @@ TEST_JOBS := $(if $(filter 0,$(VM)),,vm-test) lint unit integration $(addprefix 
 test: $(TEST_SETUP)
 	tools/jobs 2 "$(addprefix -o ,venv collection $(TEST_SETUP))" $(TEST_JOBS)
 
-demo: images artifacts
+# The Docker engine first, then the twin images and the artifacts at the same time: the images are
+# mostly debootstrap's I/O, the artifacts mostly the llama-server build's CPU (the host packages both
+# need are installed by one of them at a time: host_packages holds a lock).
+demo: engine
+	$(MAKE) --no-print-directory -j2 --output-sync=line images artifacts
 	tools/demo "$(FLEET)"
 
 twins-down: venv
