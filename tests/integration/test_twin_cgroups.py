@@ -1,7 +1,7 @@
 """Each twin writes only its own cgroups.
 
 The twins share this host's cgroup tree (systemd in a container on a cgroup v1
-or hybrid host needs it read-write: TESTBED), so twin B could reach twin A's
+or hybrid host needs it read-write), so twin B could reach twin A's
 ``ai-infer.slice`` wherever a path is searched instead of resolved through the
 twin's own cgroup (/proc/1/cgroup, as edgetune does). Twin A's slice is made
 first, with settings of its own; then twin B is converged and audited with

@@ -37,7 +37,7 @@ GROUP_LABEL = "io.edgetune.group"
 INVENTORY_LABEL = "io.edgetune.inventory"
 DEFAULT_INVENTORY_DIR = "inventory/twin"
 
-# The systemd container recipe of ../shared/TESTBED.md: --privileged is not
+# systemd in a container on this kind of host: --privileged is not
 # available here, so the capabilities are listed one by one.  LINUX_IMMUTABLE
 # lets the twin make per-CPU and managed IRQ affinity files refuse writes.
 RUN_OPTIONS = [
