@@ -17,14 +17,11 @@ VM_SCENARIO := vm-orin-nx
 ALL_SCENARIOS := $(filter-out $(VM_SCENARIO),$(notdir $(patsubst %/molecule.yml,%,$(wildcard molecule/*/molecule.yml))))
 LONGEST_FIRST := orin-nx-r36 rock5b agx-orin-r35
 SCENARIOS ?= $(filter $(ALL_SCENARIOS),$(LONGEST_FIRST)) $(filter-out $(LONGEST_FIRST),$(ALL_SCENARIOS))
-# This checkout is the collection edgetune.fleet; ansible.cfg finds it through
-# this link (never a copy).
-COLLECTION_LINK := .cache/collections/ansible_collections/edgetune/fleet
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help collection sanity consumer venv venv38 promtool engine images vm-image netqos-host lint unit unit38 molecule vm-test integration test demo twins-down artifacts bench
+.PHONY: help sanity consumer venv venv38 promtool engine images vm-image netqos-host lint unit unit38 molecule vm-test integration test demo twins-down artifacts bench
 
 help:
 	@echo "make demo   provision a twin fleet with site.yml (orin-fleet, then rk3588-fleet)"
@@ -34,37 +31,35 @@ help:
 	@echo "make artifacts [ARCH=aarch64]   runtime and engine artifacts, llama-server built per distribution"
 	@echo "make twins-down   remove the demo twins"
 
-collection: $(COLLECTION_LINK)
-$(COLLECTION_LINK):
-	mkdir -p $(dir $@)
-	ln -sfn ../../../.. $@
-
-venv: $(VENV)/.installed collection
-$(VENV)/.installed: requirements.txt tools/pyproject.toml
+# The CLI (cli/, the product) and the harness (tools/, edgetune-dev) editable, with the pinned
+# controller dependencies. This checkout is the collection edgetune.fleet: ansible.cfg finds it
+# through the link committed in collections/.
+venv: $(VENV)/.installed
+$(VENV)/.installed: requirements.txt cli/pyproject.toml tools/pyproject.toml
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt -e tools
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt -e cli -e tools
 	touch $@
 
 # Python 3.8 (JetPack 5's Python) for the modules' unit tests.
 venv38: $(VENV38)/.installed
 $(VENV38)/.installed: requirements-py38.txt | venv
-	tools/python38 -m venv $(VENV38)
+	tools/edgetune_dev/scripts/python38 -m venv $(VENV38)
 	$(VENV38)/bin/pip install -q --disable-pip-version-check -r requirements-py38.txt
 	touch $@
 
 engine: venv
-	edgetune twin engine
+	edgetune-dev twin engine
 
 images: venv
-	edgetune twin images
+	edgetune-dev twin images
 
 # The VM twin's disk (cached in ~/.cache/edgetune/vm/): root, loop devices, qemu-system-x86, extlinux.
 vm-image: venv
-	edgetune vm build
+	edgetune-dev vm build
 
 # ansible-test sanity (Python 3.8 and 3.11) on a fresh copy of the collection.
 sanity: venv
-	tools/sanity
+	edgetune-dev sanity
 
 lint: venv sanity
 	yamllint --strict .
@@ -78,7 +73,7 @@ lint: venv sanity
 # through edgetune_dev.host_packages as root, else its tests are skipped.
 promtool: venv
 	@if ! command -v promtool >/dev/null; then \
-	    if [ "$$(id -u)" -eq 0 ]; then PYTHONPATH=tools python -m edgetune_dev.host_packages prometheus; \
+	    if [ "$$(id -u)" -eq 0 ]; then python -m edgetune_dev.host_packages prometheus; \
 	    else echo "promtool is missing (Debian: apt-get install prometheus): its tests are skipped"; fi; \
 	fi
 
@@ -86,11 +81,11 @@ unit: venv promtool
 	pytest -q tests/unit
 
 unit38: venv38
-	tools/run-unit-py38 $(VENV38) $(VENV)
+	edgetune-dev unit38 $(VENV38) $(VENV)
 
 # bcc, pyroute2 and the kernel's headers for the eBPF classifier's tests (as root).
 netqos-host:
-	if [ "$$(id -u)" -eq 0 ]; then tools/setup-netqos-host; fi
+	if [ "$$(id -u)" -eq 0 ]; then edgetune-dev netqos-host; fi
 
 integration: venv artifacts netqos-host
 	pytest -q tests/integration
@@ -109,24 +104,24 @@ vm-test: vm-image artifacts
 	molecule test -s $(VM_SCENARIO) 2>&1 | { grep --line-buffered -v $(MOLECULE_NOISE) || true; }
 
 # make test: first what installs or builds (one installer at a time), then its
-# parts two at a time (tools/jobs): each keeps about one CPU busy, and this
+# parts two at a time (edgetune-dev jobs): each keeps about one CPU busy, and this
 # machine has two. The longest first: the VM scenario, beside it the checks and
 # then the container scenarios, each taken by whichever slot frees first; the
 # short Python 3.8 run last, to fill the slot that frees first at the end.
 TEST_SETUP := engine images artifacts venv38 promtool netqos-host $(if $(filter 0,$(VM)),,vm-image)
 TEST_JOBS := $(if $(filter 0,$(VM)),,vm-test) lint unit integration $(addprefix molecule-,$(SCENARIOS)) unit38
 test: $(TEST_SETUP)
-	tools/jobs 2 "$(addprefix -o ,venv collection $(TEST_SETUP))" $(TEST_JOBS)
+	edgetune-dev jobs 2 "$(addprefix -o ,venv $(TEST_SETUP))" $(TEST_JOBS)
 
 # The Docker engine first, then the twin images and the artifacts at the same time: the images are
 # mostly debootstrap's I/O, the artifacts mostly the llama-server build's CPU (the host packages both
 # need are installed by one of them at a time: host_packages holds a lock).
 demo: engine
 	$(MAKE) --no-print-directory -j2 --output-sync=line images artifacts
-	tools/demo "$(FLEET)"
+	edgetune-dev demo "$(FLEET)"
 
 twins-down: venv
-	edgetune twin down
+	edgetune-dev twin down
 
 # The reference runtime and engine packaged with their manifests (.cache/artifacts/),
 # and the LLM ones: llama-server built from llama-cpp-python's sdist in a
@@ -137,18 +132,18 @@ twins-down: venv
 # (Debian's g++-aarch64-linux-gnu); not part of `make test`.
 ARCH ?=
 artifacts: venv
-	tools/package-runtime $(if $(ARCH),--arch $(ARCH))
+	edgetune-dev runtime package $(if $(ARCH),--arch $(ARCH))
 
 # Benchmarks: ratios measured side by side in one run; not tests.
 bench: images artifacts
-	tools/bench-runtime
-	tools/bench-audit
-	/usr/bin/python3 tools/edgetune_dev/bench_netqos.py
+	edgetune-dev bench runtime
+	edgetune-dev bench audit
+	edgetune-dev bench netqos
 
 # The collection tarball and the CLI's wheel side by side in dist/, built offline with the venv's
 # setuptools and wheel: `ansible-galaxy collection install` the one, `pipx install` the other.
 .PHONY: dist
 dist: venv
-	rm -rf tools/build
+	rm -rf cli/build
 	ansible-galaxy collection build --output-path dist --force .
-	python -m pip wheel -q --no-deps --no-build-isolation --no-index -w dist ./tools
+	python -m pip wheel -q --no-deps --no-build-isolation --no-index -w dist ./cli

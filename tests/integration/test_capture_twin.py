@@ -2,7 +2,7 @@
 
 A board tree powered on by the twin's own boot script (the Orin NX 16GB's,
 as tests/unit/test_capture.py builds it) is captured into a captured-boards
-directory of this test; `edgetune twin up --fleet captured/NAME:2` boots two
+directory of this test; `edgetune-dev twin up --fleet captured/NAME:2` boots two
 twins of it, `ansible-playbook site.yml` converges them like the built-in
 boards, and `edgetune verify` runs the molecule checks marked ``device``
 against them through an inventory, expectations derived from the intent and
@@ -53,8 +53,9 @@ def expected_for(board):
     return hand
 
 
-def edgetune(*args, env=None, check=True):
-    done = subprocess.run([str(Path(sys.executable).parent / "edgetune"), *args], cwd=str(ROOT), env=env,
+def edgetune(*args, env=None, check=True, command="edgetune"):
+    """The CLI (command edgetune) or the harness (edgetune-dev) of this environment."""
+    done = subprocess.run([str(Path(sys.executable).parent / command), *args], cwd=str(ROOT), env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
     if check:
         assert done.returncode == 0, done.stderr[-3000:]
@@ -71,9 +72,10 @@ def fleet(tmp_path_factory):
     env = dict(os.environ, EDGETUNE_CAPTURED_DIR=str(work / "captured"),
                PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     started = time.time()
-    edgetune("twin", "capture", "--root", str(work / "device"), "--name", NAME, env=env)
+    edgetune("twin", "capture", "--root", str(work / "device"), "--name", NAME, env=env, command="edgetune-dev")
     try:
-        up = edgetune("twin", "up", "--fleet", "captured/%s:2" % NAME, "--inventory-dir", str(work / "up"), env=env)
+        up = edgetune("twin", "up", "--fleet", "captured/%s:2" % NAME, "--inventory-dir", str(work / "up"), env=env,
+                      command="edgetune-dev")
         booted = time.time() - started
         inventory = work / "inventory"
         (inventory / "group_vars").parent.mkdir(parents=True, exist_ok=True)

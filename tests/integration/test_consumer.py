@@ -223,7 +223,7 @@ def test_installed_cli_plans_audits_and_verifies_the_converged_twin(consumer, tw
     # checks are left out; the others must pass, run from the wheel's edgetune.checks.
     junit = consumer["home"] / "verify.xml"
     code, out, err = cli("verify", "-l", TWIN, "--junit", str(junit),
-                         "-k", "not runtime and not test_args_are_in_the_boot_file_and_running")
+                         "--checks", "not runtime and not test_args_are_in_the_boot_file_and_running")
     suite = ET.parse(str(junit)).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
     assert code == 0, out[-4000:] + err[-2000:]

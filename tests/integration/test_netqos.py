@@ -61,7 +61,7 @@ if _REASON:
 def loader_command():
     """The edgetune-netqos command as role edge_netqos writes it, over the collection link of the checkout."""
     LOADER.parent.mkdir(parents=True, exist_ok=True)
-    LOADER.write_text(launcher(SYSTEM_PYTHON, str(ROOT / ".cache" / "collections")))
+    LOADER.write_text(launcher(SYSTEM_PYTHON, str(ROOT / "collections")))
     LOADER.chmod(0o755)
 
 
@@ -607,7 +607,7 @@ def audit_in_ns(pair, checks):
     """The drift audit's evaluation of the role's checks, run in namespace A as on the device."""
     code = ("import json, sys\nsys.path.insert(0, %r)\n"
             "from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import audit\n"
-            "print(json.dumps(audit(json.load(sys.stdin))[0]))" % str(ROOT / ".cache" / "collections"))
+            "print(json.dumps(audit(json.load(sys.stdin))[0]))" % str(ROOT / "collections"))
     done = pair.in_ns(pair.ns_a, [sys.executable, "-c", code], input=json.dumps(checks), check=False)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)

@@ -4,7 +4,7 @@ The plugins are found in the tree (each plugins/<type>/ directory ansible-doc
 documents, each role under roles/), not listed here, so a new module, filter,
 lookup, callback or role is checked without touching this file. ansible-doc
 runs as a user runs it, from the checkout with its ansible.cfg, which finds
-the collection through the link in .cache/collections; one call per plugin
+the collection through the link committed in collections/; one call per plugin
 type covers every name of that type (about half a second each).
 
 Checked: the documentation parses and comes from this checkout; every option

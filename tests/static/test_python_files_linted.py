@@ -1,7 +1,7 @@
 """`ruff check .` lints every Python file, whatever its name.
 
 Ruff picks files by name (*.py), not by shebang: a script without the suffix
-(tools/bench-runtime, the twins' nvpmodel and jetson_clocks, ...) is linted
+(runtime/edgetune-runtime, the twins' nvpmodel and jetson_clocks, ...) is linted
 only when ruff.toml's extend-include names it. This test finds every file
 with a python shebang and fails when ruff would leave one out.
 """
@@ -57,9 +57,11 @@ def ruff():
 
 def test_shebang_detection_sees_the_known_scripts():
     files = python_files()
-    for known in ("tools/bench-runtime", "tools/edgetune_dev/twin/guest/jetson_clocks", "runtime/edgetune-runtime"):
+    for known in ("tools/edgetune_dev/vm/guest/edgetune-vm-boot", "tools/edgetune_dev/twin/guest/jetson_clocks",
+                  "runtime/edgetune-runtime"):
         assert known in files
-    for shell in ("tools/demo", "tools/run-unit-py38", "tools/python38"):
+    for shell in ("tools/edgetune_dev/scripts/demo", "tools/edgetune_dev/scripts/unit38",
+                  "tools/edgetune_dev/scripts/python38"):
         assert shell not in files
 
 

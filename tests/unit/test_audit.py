@@ -23,8 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from edgetune import COLLECTIONS, REPO, __version__, ansible_setup, audit, cli
-from edgetune.errors import UsageError
+from edgetune import __version__, ansible_options, ansible_setup, audit, cli
+from edgetune.errors import Interrupted, UsageError
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.controller
 
@@ -135,6 +137,8 @@ def site(tmp_path, clean_ansible_env, monkeypatch):
     write(collection / "galaxy.yml", "namespace: edgetune\nname: fleet\nversion: 9.9.9\n")
     write(collection / "playbooks" / "audit.yml", FAKE_AUDIT_PLAYBOOK)
     write(collection / "plugins" / "modules" / "edge_audit.py", FAKE_MODULE)
+    # What edgetune imports from the collection (the textfile's metrics), as an installed copy has it.
+    os.symlink(str(REPO / "plugins" / "module_utils"), str(collection / "plugins" / "module_utils"))
     # remote_tmp: the modules' files (and the processes running them) are the test's own.
     write(root / "ansible.cfg", "[defaults]\ncollections_path = ./collections\nhost_key_checking = True\n"
                                 "remote_tmp = %s\n" % (root / "remote-tmp"))
@@ -154,8 +158,8 @@ def recorded_argv(tmp_path, monkeypatch):
     """ansible-playbook behind a wrapper that records its arguments, one per line."""
     record = tmp_path / "argv.txt"
     wrapper = write(tmp_path / "bin" / "ansible-playbook", '#!/bin/sh\nprintf "%%s\\n" "$@" > %s\nexec %s "$@"\n'
-                    % (record, audit.ansible_playbook_executable()), 0o755)
-    monkeypatch.setattr(audit, "ansible_playbook_executable", lambda: str(wrapper))
+                    % (record, ansible_setup.ansible_playbook()), 0o755)
+    monkeypatch.setattr(ansible_setup, "ansible_playbook", lambda: str(wrapper))
     return record
 
 
@@ -176,7 +180,7 @@ def test_fleet_audit_from_an_operator_directory(site, recorded_argv, stderr_line
                      "--json", "--prometheus", "reports/edgetune.prom", "--junit", "reports/drift.xml"])
     finished = time.time()
     out = capsys.readouterr()
-    assert code == 1, (out.err, stderr_lines[-10:])
+    assert code == 3, (out.err, stderr_lines[-10:])  # unreachable devices: 3, before the drift's 1
     report = json.loads(out.out)  # stdout is the JSON document and nothing else
     hosts = report["hosts"]
     assert {h: e["status"] for h, e in hosts.items()} == {
@@ -259,8 +263,9 @@ def test_ctrl_c_stops_ansible_and_its_workers(site):
 
     threading.Thread(target=press_ctrl_c_once_the_module_runs, daemon=True).start()
     started = time.monotonic()
-    with pytest.raises(UsageError, match="audit interrupted: ansible-playbook stopped, no report written"):
-        audit.run_audit(audit.AuditOptions(inventories=["hosts.yml"], limit="slow-ok", extra_vars=["fleet_token=t"]))
+    with pytest.raises(Interrupted, match="audit interrupted: ansible-playbook stopped, no report written"):
+        audit.run_audit(ansible_options.Options(inventory=["hosts.yml"], limit="slow-ok",
+                                                extra_vars=["fleet_token=t"]))
     assert time.monotonic() - started < 50
     time.sleep(1)
     assert not module_processes(), "processes left running the module"
@@ -366,17 +371,19 @@ def test_config_search_follows_ansible(site, clean_ansible_env, tmp_path, monkey
     assert ansible_setup.config_in_effect().path == str(user_config)  # then ~/.ansible.cfg
 
 
-def test_operator_config_without_the_collection_gets_the_checkout_after_its_paths(clean_ansible_env, tmp_path,
-                                                                                  monkeypatch):
+def test_operator_config_without_the_collection_is_one_line_naming_where_ansible_looks(clean_ansible_env, tmp_path,
+                                                                                     monkeypatch):
+    """No fallback to a checkout: the collection Ansible finds from here, or one line saying how to install it."""
     ops = tmp_path / "ops"
     write(ops / "ansible.cfg", "[defaults]\ncollections_path = ./mine:/opt/ops/collections\n"
                                "[ssh_connection]\nssh_args = -o ProxyJump=bastion\n")
     monkeypatch.chdir(ops)
     config = ansible_setup.config_in_effect()
-    playbook, env = ansible_setup.collection_playbook(config, "audit")
-    assert playbook == str(REPO / "playbooks" / "audit.yml")
-    assert env == {"ANSIBLE_CONFIG": str(ops / "ansible.cfg"), "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(
-        [str(ops / "mine"), "/opt/ops/collections", str(COLLECTIONS)])}
+    with pytest.raises(UsageError) as error:
+        ansible_setup.collection_playbook(config, "audit")
+    assert str(error.value) == (
+        "the collection edgetune.fleet is not installed where %s looks (%s:/opt/ops/collections): %s"
+        % (ops / "ansible.cfg", ops / "mine", ansible_setup.INSTALL_HINT))
 
 
 def test_inside_the_checkout_its_own_config_finds_the_collection(clean_ansible_env, monkeypatch):
@@ -427,17 +434,24 @@ def test_connection_failures_are_told_from_module_failures(res, gone):
 def test_verbosity_and_all_are_separate_options():
     args = cli.build_parser().parse_args(["audit", "-vvv", "--all", "--vault-id", "a@prompt", "--vault-id", "b@f"])
     assert (args.verbose, args.all, args.vault_id) == (3, True, ["a@prompt", "b@f"])
-    options = audit.AuditOptions.from_args(args)
-    assert audit.ansible_playbook_argv("ap", options, "pb")[-2:] == ["-vvv", "pb"]
+    options = ansible_options.Options.from_args(args)
+    assert options.playbook_argv("ap", "pb")[-2:] == ["-vvv", "pb"]
 
 
-def test_ask_vault_pass_answers_ansibles_own_prompt():
-    options = audit.AuditOptions(ask_vault_pass=True, vault_ids=["prompt", "ops@prompt", "ci@/etc/ci.pw"])
-    answers = audit.vault_passwords(options, ask=lambda prompt: "pw for " + prompt)
+def test_password_options_answer_ansibles_own_prompts():
+    """-k, -K, -J and prompted vault ids are asked here once, and answer Ansible's own prompts (Ansible 2.19's
+    wording: lib/ansible/cli/__init__.py, ask_passwords and the vault secret prompts)."""
+    options = ansible_options.Options(ask_pass=True, ask_become_pass=True, ask_vault_pass=True,
+                                      vault_id=["prompt", "ops@prompt", "ci@/etc/ci.pw"])
+    answers = audit.prompt_answers(options, ask=lambda prompt: "pw for " + prompt)
     patterns = {re.compile(p, re.M): answer for p, answer in answers.items()}
-    for prompt in ("Vault password: ", "Vault password (default): ", "Vault password (ops): "):
-        assert [answer for p, answer in patterns.items() if p.search(prompt)] == ["pw for " + prompt]
-    assert len(answers) == 3  # a password file is Ansible's to read, not a prompt
+    for prompt, asked in (("SSH password: ", "SSH password: "),
+                          ("BECOME password[defaults to SSH password]: ", "BECOME password: "),
+                          ("Vault password: ", "Vault password: "),
+                          ("Vault password (default): ", "Vault password (default): "),
+                          ("Vault password (ops): ", "Vault password (ops): ")):
+        assert [answer for p, answer in patterns.items() if p.search(prompt)] == ["pw for " + asked], prompt
+    assert len(answers) == 5  # a password file is Ansible's to read, not a prompt
 
 
 def test_bad_forks_is_a_usage_error(capsys):
@@ -453,8 +467,10 @@ def test_version_names_the_package_and_the_collection(capsys, monkeypatch):
         cli.main(["--version"])
     assert exit_.value.code == 0
     collection = yaml.safe_load((REPO / "galaxy.yml").read_text())["version"]
-    assert capsys.readouterr().out.strip() == "edgetune %s, collection edgetune.fleet %s (galaxy.yml of %s)" % (
-        __version__, collection, REPO)
+    from ansible.release import __version__ as core
+    assert capsys.readouterr().out.strip() == (
+        "edgetune %s, ansible-core %s, collection edgetune.fleet %s (galaxy.yml of %s)" % (
+            __version__, core, collection, REPO))
 
 
 def test_no_hosts_is_one_line_with_the_config_named(site, capsys):

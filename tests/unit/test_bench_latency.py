@@ -1,4 +1,4 @@
-"""`edgetune bench latency` (tools/edgetune_dev/bench.py): nearest-rank percentiles (the
+"""`edgetune-dev bench latency` (tools/edgetune_dev/bench.py): nearest-rank percentiles (the
 deploy gate's own code), exit codes, standalone use on a device, against a real local runtime."""
 import json
 import subprocess
@@ -51,7 +51,7 @@ def runtime(tmp_path_factory):
 
 @pytest.mark.controller
 def test_cli_reports_and_exits_by_the_limit(runtime, capsys):
-    from edgetune import cli
+    from edgetune_dev import cli
     url = "http://127.0.0.1:%d" % runtime.port
     assert cli.main(["bench", "latency", "--url", url, "--requests", "30", "--warmup", "2", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
@@ -69,7 +69,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 @pytest.mark.controller
 def test_png_histogram(runtime, tmp_path, capsys):
-    from edgetune import cli
+    from edgetune_dev import cli
     png = tmp_path / "h.png"
     assert cli.main(["bench", "latency", "--url", "http://127.0.0.1:%d" % runtime.port, "--requests", "40",
                      "--warmup", "2", "--png", str(png)]) == 0
@@ -80,7 +80,7 @@ def test_png_histogram(runtime, tmp_path, capsys):
 
 @pytest.mark.controller
 def test_numbers_are_printed_before_the_plot_and_survive_its_failure(runtime, tmp_path, capsys, monkeypatch):
-    from edgetune import cli
+    from edgetune_dev import cli
     url = "http://127.0.0.1:%d" % runtime.port
     printed_before_plot = []
 
@@ -98,7 +98,7 @@ def test_numbers_are_printed_before_the_plot_and_survive_its_failure(runtime, tm
 
 @pytest.mark.controller
 def test_a_plot_that_cannot_be_made_says_why_in_one_line(runtime, tmp_path, capsys, monkeypatch):
-    from edgetune import cli
+    from edgetune_dev import cli
     url = "http://127.0.0.1:%d" % runtime.port
     into_missing_dir = tmp_path / "no-such-dir" / "h.png"
     assert cli.main(["bench", "latency", "--url", url, "--requests", "20", "--warmup", "0",
@@ -121,7 +121,8 @@ PIPED_SOURCE = "\n".join((REPO / src).read_text()
 
 
 def test_runs_standalone_from_stdin_with_the_system_python(runtime):
-    """As tools/bench-runtime runs it on a device: edge_latency.py then bench.py on stdin, no edgetune installed."""
+    """As `edgetune-dev bench runtime` runs it on a device: edge_latency.py then bench.py on stdin, no edgetune
+    installed."""
     proc = subprocess.run([sys.executable, "-I", "-", "latency", "--url", "http://127.0.0.1:%d" % runtime.port,
                            "--requests", "20", "--warmup", "0", "--json", "--samples"],
                           input=PIPED_SOURCE, stdout=subprocess.PIPE,

@@ -1,4 +1,4 @@
-"""`edgetune twin capture`: each built-in twin board, powered on into a directory
+"""`edgetune-dev twin capture`: each built-in twin board, powered on into a directory
 by the twin's own boot script, captured back (from the directory and over a
 real SSH connection to a local paramiko server) gives the hand-written board
 file; refusals are one clean line with exit 2; the device is not changed.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from edgetune import cli
+from edgetune_dev import cli
 from edgetune_dev.twin import capture, device, manager
 
 # The test server's transport threads may see the client hang up first (the refusals close the
@@ -384,7 +384,7 @@ def test_capture_over_ssh_equals_the_local_capture(tmp_path, ssh_server, isolate
 def one_line_error(capsys):
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("edgetune: error: ") and "Traceback" not in err, err
+    assert len(lines) == 1 and lines[0].startswith("edgetune-dev: error: ") and "Traceback" not in err, err
     return lines[0]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from edgetune import cli
+from edgetune_dev import cli
 from edgetune_dev import host_packages, kernel_headers
 from edgetune.errors import UsageError
 from edgetune_dev.twin import manager
@@ -238,7 +238,7 @@ def test_a_failing_apt_is_one_line_with_apts_own_words(fresh_machine, monkeypatc
     assert cli.main(["twin", "images"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == ["edgetune: installing Debian's debootstrap docker.io linux-headers-amd64",
-                   "edgetune: error: apt-get update failed (exit 100): W: Some index files failed to download. | "
+                   "edgetune-dev: error: apt-get update failed (exit 100): W: Some index files failed to download. | "
                    "E: Failed to fetch http://apt-mirror.test/debian/dists/bookworm/InRelease  Temporary failure "
                    "resolving 'apt-mirror.test'"]
 

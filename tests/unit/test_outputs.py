@@ -91,8 +91,10 @@ def test_write_text_is_atomic_and_fails_in_one_line(place):
 # ------------------------------------------------------------------ through `edgetune ...`
 @pytest.fixture
 def cli(monkeypatch):
-    """edgetune.cli with everything that would touch a device, a twin or a VM replaced by a recorder."""
+    """edgetune's and edgetune-dev's main, with everything that would touch a device, a twin or a VM replaced
+    by a recorder: cli.main runs either command (the harness's by its commands), cli.prog names it."""
     from edgetune import audit, cli, verify
+    from edgetune_dev import cli as harness
     from edgetune_dev.twin import manager
     from edgetune_dev.vm import runner
     started = []
@@ -109,8 +111,14 @@ def cli(monkeypatch):
     monkeypatch.setattr(manager, "up", refuse("twin up"))
     monkeypatch.setattr(manager, "twins", refuse("twin down"))
     monkeypatch.setattr(runner, "up", refuse("vm up"))
-    cli.started = started
-    return cli
+
+    class Both:
+        def main(self, argv):
+            self.prog = "edgetune-dev" if argv[0] in ("twin", "vm", "runtime") else "edgetune"
+            return (harness if self.prog == "edgetune-dev" else cli).main(argv)
+    both = Both()
+    both.started = started
+    return both
 
 
 @pytest.mark.controller
@@ -132,7 +140,8 @@ def test_an_output_that_cannot_be_written_stops_before_any_device(cli, place, ca
     assert cli.main(argv) == 2
     out, err = capsys.readouterr()
     assert cli.started == []
-    assert err.count("\n") == 1 and err.startswith("edgetune: error: %s %s cannot be written: " % (option, bad)), err
+    assert err.count("\n") == 1, err
+    assert err.startswith("%s: error: %s %s cannot be written: " % (cli.prog, option, bad)), err
     assert "Traceback" not in err and out == ""
     assert listing(place) == before
 

@@ -1,11 +1,11 @@
-"""`edgetune twin up` checks the host's inotify limits for the fleet before booting (#15),
+"""`edgetune-dev twin up` checks the host's inotify limits for the fleet before booting (#15),
 on a fake /proc/sys, with a fake docker that answers the measure inside a running twin."""
 import json
 import sys
 
 import pytest
 
-from edgetune import cli
+from edgetune_dev import cli
 from edgetune.errors import UsageError
 from edgetune_dev.twin import inotify, manager
 
@@ -54,7 +54,7 @@ def test_without_root_one_line_names_the_sysctl_and_the_value(proc_sys, monkeypa
     assert str(error.value) == (
         "fs.inotify.max_user_instances is 128; 30 twins need about 302 (6 per twin estimated, with margin): "
         "run `sysctl -w fs.inotify.max_user_instances=512` as root (and add it to /etc/sysctl.d/ to keep it), "
-        "then `edgetune twin up` again")
+        "then `edgetune-dev twin up` again")
     assert limits(proc_sys) == DEFAULTS
 
 
@@ -120,5 +120,5 @@ def test_twin_up_checks_before_booting_any_twin(proc_sys, monkeypatch, capsys, t
     monkeypatch.setattr(manager, "create", lambda name, board, say, fleet: created.append(name))
     assert cli.main(["twin", "up", "--fleet", "orin-nx-16gb-r36:30"]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and err[0].startswith("edgetune: error: fs.inotify.max_user_instances is 128; 30 twins")
+    assert len(err) == 1 and err[0].startswith("edgetune-dev: error: fs.inotify.max_user_instances is 128; 30 twins")
     assert created == []

@@ -1,4 +1,4 @@
-"""`edgetune twin up`'s inventory: every fleet twin of its directory in its group, also one whose
+"""`edgetune-dev twin up`'s inventory: every fleet twin of its directory in its group, also one whose
 board file is not here; `twin down` removes the twins of one inventory directory only.
 
 docker is faked (manager.run answers `docker ps` with labelled rows); the
@@ -38,7 +38,7 @@ def test_inventory_and_down_keep_to_their_own_directory(monkeypatch, tmp_path):
     """A test's fleet (`twin up --inventory-dir T`) is not in the demo's inventory and `twin down`
     of the demo leaves it running (it once removed a CI run's twin); a twin made before the
     inventory label belongs to the default directory."""
-    from edgetune import cli
+    from edgetune_dev import cli
     monkeypatch.chdir(tmp_path)
     other = str((tmp_path / "test-fleet").resolve())
     rows = [("orin-nx-16gb-r36-1", "orin-nx-16gb-r36", "running", "orin-fleet", str((tmp_path / "inventory" / "twin"))),
@@ -100,5 +100,5 @@ def test_a_twin_made_from_an_older_image_is_reused_and_said_so(monkeypatch):
     assert said == []
     manager.create("orin-old", "orin-nx-16gb-r36", said.append)
     assert said == ["twin orin-old was made from an older edgetune/twin:bookworm image and keeps it (without what "
-                    "the image has gained since, e.g. its eth0 and bcc); `edgetune twin rm orin-old` and create it "
+                    "the image has gained since, e.g. its eth0 and bcc); `edgetune-dev twin rm orin-old` and create it "
                     "again for the new one"]

@@ -25,7 +25,7 @@ def test_no_budget_is_asked_for_when_the_other_twins_hold_it(tmp_path, monkeypat
     said = []
     assert manager.rt_runtime_options("t", said.append) == []
     assert said == ["twin t gets no RT budget: the engine's cgroup %s has 40000 us of RT time left (a twin takes "
-                    "50000; dockerd needs --cpu-rt-runtime, which `edgetune twin engine` passes)"
+                    "50000; dockerd needs --cpu-rt-runtime, which `edgetune-dev twin engine` passes)"
                     % (tmp_path / "cpu" / "docker")]
 
 

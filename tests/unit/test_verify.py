@@ -1,12 +1,14 @@
 """`edgetune verify`: the expectations it derives for a device from the roles' plan and the intent."""
+from pathlib import Path
 import pytest
 from test_edge_plan import plan_for
 
-from edgetune import CHECKOUT, verify
+from edgetune import verify
 from test_edge_intent import board
 
 pytestmark = pytest.mark.controller
 
+CHECKOUT = Path(__file__).resolve().parents[2]
 DEFAULTS = verify.role_defaults(CHECKOUT)  # the checkout is the collection
 
 

@@ -1,6 +1,6 @@
 """Package the reference runtime and engine as deployable artifacts.
 
-`edgetune runtime package` (or tools/package-runtime) writes, under
+`edgetune-dev runtime package` writes, under
 .cache/artifacts/ by default:
 
     edgetune-runtime-<version>.tar.gz            + .manifest.json beside it
@@ -244,12 +244,12 @@ def add_parser(subparsers):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="package-runtime", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="edgetune-dev runtime package", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     add_parser(sub)
     args = parser.parse_args(["runtime", "package"] + list(sys.argv[1:] if argv is None else argv))
     try:
         return args.func(args)
     except UsageError as exc:
-        print("package-runtime: error: %s" % exc, file=sys.stderr)
+        print("edgetune-dev: error: %s" % exc, file=sys.stderr)
         return 2

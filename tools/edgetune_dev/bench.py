@@ -1,6 +1,6 @@
-"""`edgetune bench latency`: request latency of an inference runtime.
+"""`edgetune-dev bench latency`: request latency of an inference runtime.
 
-    edgetune bench latency --url http://127.0.0.1:8470 [--requests 500] [--concurrency 1]
+    edgetune-dev bench latency --url http://127.0.0.1:8470 [--requests 500] [--concurrency 1]
                            [--warmup 20] [--body '{"sample": 0}'] [--p99-ms 50] [--json] [--png FILE]
 
 Sends POST /infer requests over keep-alive connections and reports P50, P90,
@@ -14,7 +14,7 @@ load generator. Both files use only the standard library and run on Python
 
     cat plugins/module_utils/edge_latency.py tools/edgetune_dev/bench.py | python3 - latency --url http://127.0.0.1:8470
 
-(tools/bench-runtime does that inside a twin). The PNG histogram needs
+(`edgetune-dev bench runtime` does that inside a twin). The PNG histogram needs
 matplotlib on the controller (requirements.txt). The numbers are printed before
 the plot is drawn: a plot that fails keeps them, says in one line why no PNG
 was made, and exits 1.
@@ -27,12 +27,12 @@ from urllib.parse import urlsplit
 
 try:
     from edgetune.errors import UsageError
-except ImportError:  # piped onto a device after plugins/module_utils/edge_latency.py (tools/bench-runtime)
+except ImportError:  # piped onto a device, where edgetune is not installed
     class UsageError(Exception):
         pass
-else:
+if "run_load" not in globals():  # imported as the harness's module (piped, edge_latency.py came first)
     # The deploy gate's load generator and percentiles: one implementation.
-    # summarize is for tools/bench-runtime (bench.summarize).
+    # summarize is for the runtime bench (bench.summarize).
     from ansible_collections.edgetune.fleet.plugins.module_utils.edge_latency import (  # noqa: F401
         percentile, run_load, summarize)
 
@@ -118,7 +118,7 @@ def cmd_latency(args):
     if args.png:
         try:
             write_histogram_png(args.png, {"%s c=%d" % (result["url"], args.concurrency): samples},
-                                "edgetune bench latency", args.p99_ms)
+                                "edgetune-dev bench latency", args.p99_ms)
         except Exception as exc:  # whatever stops the plot (matplotlib, the file), the numbers stand
             reason = str(exc) if isinstance(exc, UsageError) else "%s: %s" % (type(exc).__name__, exc)
             print("edgetune: no PNG written to %s: %s" % (args.png, reason), file=sys.stderr)

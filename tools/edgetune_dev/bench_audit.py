@@ -1,4 +1,23 @@
-"""The audit's cost (playbooks/audit.yml: facts, the plan, one edge_audit call per device, evaluating
+"""Benchmark: the audit's cost, and `edgetune audit` against `ansible-playbook site.yml --check`.
+
+First, on the converged twin fleet: the audit (facts, plan, one edge_audit
+call per device) for 1, 3 and 30 devices (inventory aliases of the twins
+beyond their number): module executions per device, controller CPU seconds
+per device, wall time, against the goals (1 device: 3 s and 2 executions;
+30: 30 s), and whether every alias finds what its twin does
+(below).
+Then the audit of 100 real twins made for it beside the demo's (`--real N`; 60% orin-nx, 40% rock5b,
+never tuned, removed after), with ansible.cfg's 20 forks: wall and controller CPU per device against
+the goal (0.3 CPU-seconds per device, 40 s for 100).
+Then a site.yml that changes nothing on the same twins: the converge path (roles whose last apply
+is current and holds are skipped) beside the full path (edge_converge_full), alternating rounds:
+executions per device, best wall, controller CPU per device, against the goal (3 executions, 10 s).
+Then, with the same drift injected on every twin: `edgetune audit` and
+`site.yml --check` must find the same drifted roles per host; the time ratio.
+Not a test: timings on this noisy machine vary.
+Usage: edgetune-dev bench audit [--rounds N] [--sizes 1,3,30] [--real 100]   (after `make demo` converged the twins)
+
+The audit's cost (playbooks/audit.yml: facts, the plan, one edge_audit call per device, evaluating
 the records of the last apply) for fleets of growing size, on the same converged devices in one run.
 (Until 0.3 it ran beside the old audit, which ran every role in audit mode: 12 module executions
 and about 9 CPU-seconds per device; that path is gone.)
@@ -10,15 +29,21 @@ fleet larger than the twins that run is made of inventory aliases of them (the d
 Every alias of a twin must find the same settings in the same states as the twin itself. Not a
 test: the numbers on this 2-core machine vary with its load.
 """
+import argparse
 import json
 import os
 import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from edgetune import ansible_setup
+from edgetune.ansible_options import Options
+from edgetune.audit import run_audit
+from edgetune_dev import CHECKOUT as PROJECT
 from edgetune_dev.twin import manager
 
 PLAYBOOK = "audit"
@@ -100,7 +125,7 @@ def children_cpu():
 def measure(playbook, inventory, extra_vars=()):
     """One run: (report, wall seconds, controller CPU seconds)."""
     cpu, started = children_cpu(), time.perf_counter()
-    report = ansible_setup.run_json_playbook(playbook, inventories=[str(inventory)], extra_vars=extra_vars)
+    report = ansible_setup.run_json_playbook(playbook, Options(inventory=[str(inventory)], extra_vars=extra_vars))
     return report, time.perf_counter() - started, children_cpu() - cpu
 
 
@@ -212,7 +237,7 @@ def run_real(count, source, keep=False, say=print):
         report, wall, cpu = measure(PLAYBOOK, directory)
     finally:
         if keep:
-            say("bench audit: the real twins stay up, inventory %s (`edgetune twin down --inventory-dir %s`)"
+            say("bench audit: the real twins stay up, inventory %s (`edgetune-dev twin down --inventory-dir %s`)"
                 % (directory, directory))
         else:  # every twin made for this directory, also where bringing the fleet up failed
             manager.remove_all([twin["name"] for twin in manager.twins(fleet_only=True, inventory_dir=directory)])
@@ -231,3 +256,89 @@ def real_table(row):
         "%-12d %10d %14.2f %9.1f %8d <= %d executions, <= %.2f CPU-s/device, <= %.0f s: %s" % (
             row["size"], row["executions"], row["cpu_per_device"], row["wall"], row["audited"], GOALS["executions"],
             REAL_FLEET_GOALS["cpu_per_device"], wall_goal, "met" if met else "NOT met")])
+
+
+# ---------------------------------------------------------------- the command
+TWIN_INVENTORY = PROJECT / "inventory" / "twin"
+
+
+def inject_drift():
+    """One boot argument removed from the boot file of each twin of the demo fleet."""
+    for twin in manager.twins(fleet_only=True, inventory_dir=TWIN_INVENTORY):
+        board = manager.board(twin["board"])
+        path = next(iter(board["boot_files"]))
+        subprocess.run(["docker", "exec", twin["name"], "sed", "-i", "s/ nohz_full=[^ ]*//", path], check=True)
+
+
+def check_mode_findings():
+    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+               EDGETUNE_NO_SUMMARY="1")
+    result = subprocess.run(["ansible-playbook", "site.yml", "--check"], cwd=str(PROJECT), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    report = json.loads(result.stdout)
+    found = {}
+    for play in report["plays"]:
+        for task in play["tasks"]:
+            role = task["task"].get("path", "").split("/roles/")[-1].split("/")[0] if "/roles/" in \
+                task["task"].get("path", "") else None
+            for host, res in task["hosts"].items():
+                if res.get("changed") and role:
+                    found.setdefault(host, set()).add(role)
+    return found
+
+
+def audit_findings():
+    hosts = run_audit(Options())
+    return {host: {r["role"] for r in entry["results"] if r["state"] in ("drifted", "error")}
+            for host, entry in hosts.items() if entry["results"]}
+
+
+def timed(function):
+    started = time.perf_counter()
+    value = function()
+    return time.perf_counter() - started, value
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="edgetune-dev bench audit", description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sizes", default="1,3,30", help="fleet sizes to audit")
+    parser.add_argument("--real", type=int, default=100, metavar="N",
+                        help="then audit N real twins made for it (60%% orin-nx, 40%% rock5b; 0: none)")
+    parser.add_argument("--keep-real", action="store_true", help="leave the real twins running after")
+    args = parser.parse_args(argv)
+    os.chdir(str(PROJECT))  # the audit, like ansible-playbook, reads the ansible.cfg of where it runs
+    twins = sorted(twin["name"] for twin in manager.twins(fleet_only=True, inventory_dir=TWIN_INVENTORY))
+    if not twins:
+        sys.exit("bench audit: no twins; run `make demo` first")
+    sizes = [int(size) for size in args.sizes.split(",") if size.strip()]
+    rows, agreement = run(twins, sizes, TWIN_INVENTORY,
+                                      say=lambda text: print(text, file=sys.stderr))
+    print(table(rows, agreement))
+    print()
+    if args.real > 0:
+        print(real_table(run_real(args.real, TWIN_INVENTORY, args.keep_real,
+                                                          say=lambda text: print(text, file=sys.stderr))))
+        print()
+    print(converge_table(converge_rows(
+        TWIN_INVENTORY, args.rounds, say=lambda text: print(text, file=sys.stderr))))
+    print()
+    inject_drift()
+    audit_times, check_times = [], []
+    for _ in range(args.rounds):
+        seconds, by_audit = timed(audit_findings)
+        audit_times.append(seconds)
+        seconds, by_check = timed(check_mode_findings)
+        check_times.append(seconds)
+    hosts = sorted(set(by_audit) | set(by_check))
+    print("%-26s %-40s %s" % ("host", "drifted roles (edgetune audit)", "changed roles (site.yml --check)"))
+    for host in hosts:
+        print("%-26s %-40s %s" % (host, ",".join(sorted(by_audit.get(host, ()))) or "-",
+                                  ",".join(sorted(by_check.get(host, ()))) or "-"))
+    same = all(by_audit.get(h, set()) == by_check.get(h, set()) for h in hosts)
+    best_audit, best_check = min(audit_times), min(check_times)
+    print("same findings: %s" % ("yes" if same else "NO"))
+    print("edgetune audit: best %.1f s, site.yml --check: best %.1f s, ratio %.1fx (%d rounds, %d hosts)"
+          % (best_audit, best_check, best_check / best_audit, args.rounds, len(hosts)))
+    subprocess.run(["ansible-playbook", "site.yml"], cwd=str(PROJECT), stdout=subprocess.DEVNULL, check=False)
+    return 0 if same and all(agreement.values()) else 1

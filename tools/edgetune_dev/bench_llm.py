@@ -131,7 +131,7 @@ def _draw_or_say(result, path):
     try:
         return draw_host_pngs(result, path)
     except UsageError as exc:
-        return "no histogram here (%s); draw it elsewhere with `edgetune bench llm --plot %s`" % (
+        return "no histogram here (%s); draw it elsewhere with `edgetune-dev bench llm --plot %s`" % (
             exc, str(path).replace(".png", ".json"))
 
 

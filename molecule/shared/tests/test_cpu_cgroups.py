@@ -116,13 +116,13 @@ def test_check_mode_is_clean_and_reports_unmovable_irqs_and_rt(host, twin_board,
 
 
 def test_the_twin_has_an_rt_budget_and_the_probe_runs_fifo_in_the_slice(host, unified):
-    """`edgetune twin` gives each container RT time (Docker's --cpu-rt-runtime) while the engine has
+    """`edgetune-dev twin` gives each container RT time (Docker's --cpu-rt-runtime) while the engine has
     some: the slice gets its budget (the twins' edge_cgroups_rt_runtime_us) and FIFO really runs."""
     root_budget = rt_root_budget(host, unified)
     if root_budget is None:
         pytest.skip("cgroup v2: no RT budget file")
     if root_budget == 0:
-        pytest.skip("the engine had no RT time left for this twin (`edgetune twin` said so when it made it)")
+        pytest.skip("the engine had no RT time left for this twin (`edgetune-dev twin` said so when it made it)")
     assert root_budget == 50000
     threads = check_probe(host, None, unified, None)
     assert {(t["policy"], t["rt_priority"]) for t in threads} == {(1, 10)}, threads

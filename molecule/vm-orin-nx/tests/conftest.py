@@ -104,7 +104,7 @@ def recap(output, name):
 
 
 def edgetune_vm(*args, check=True):
-    result = subprocess.run(["edgetune", "vm", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    result = subprocess.run(["edgetune-dev", "vm", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, check=False, cwd=str(PROJECT))
     if check:
         assert result.returncode == 0, result.stderr

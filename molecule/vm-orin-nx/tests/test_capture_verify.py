@@ -1,6 +1,6 @@
 """From a real board to a twin, on the VM twin (a real kernel reached over real SSH).
 
-After the scenario's converge: `edgetune twin capture` reads the VM through
+After the scenario's converge: `edgetune-dev twin capture` reads the VM through
 the scenario's inventory (its recorded host key, checked under its
 HostKeyAlias; SFTP on its sshd), a container twin boots from the capture as
 the VM's board (its model, clusters, boot file and interrupts), and `edgetune
@@ -32,8 +32,9 @@ VM = "vm-orin-nx-16gb-r36"
 PLAN_VARS = ["-e", '{"edge_power_enabled": false}', "-e", json.dumps(scenario_extra_vars())]
 
 
-def edgetune(*args, env=None):
-    return subprocess.run(["edgetune", *args], cwd=str(PROJECT), env=env, stdout=subprocess.PIPE,
+def edgetune(*args, env=None, command="edgetune"):
+    """The CLI (command edgetune) or the harness (edgetune-dev)."""
+    return subprocess.run([command, *args], cwd=str(PROJECT), env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, universal_newlines=True, check=False)
 
 
@@ -54,7 +55,7 @@ def captured(host, tmp_path_factory):
     before = device_digest(host)
     started = time.time()
     done = edgetune("twin", "capture", "-i", os.environ["MOLECULE_INVENTORY_FILE"], VM, "--name", NAME,
-                    "--ssh-config", str(work / "no-ssh-config"), env=env)
+                    "--ssh-config", str(work / "no-ssh-config"), env=env, command="edgetune-dev")
     seconds = time.time() - started
     assert done.returncode == 0, done.stderr
     assert device_digest(host) == before
@@ -89,7 +90,8 @@ def test_capture_reads_the_vm_over_ssh(host, captured):
 def test_a_twin_of_the_capture_boots_as_the_vms_board(host, captured):
     work, env = captured["work"], captured["env"]
     started = time.time()
-    up = edgetune("twin", "up", "--fleet", "captured/%s:1" % NAME, "--inventory-dir", str(work / "up"), env=env)
+    up = edgetune("twin", "up", "--fleet", "captured/%s:1" % NAME, "--inventory-dir", str(work / "up"), env=env,
+                  command="edgetune-dev")
     assert up.returncode == 0, up.stderr
 
     def twin(path):
@@ -123,7 +125,7 @@ def test_verify_against_the_vm_itself(captured):
     junit = captured["work"] / "vm.xml"
     started = time.time()
     done = edgetune("verify", "-l", VM, "-i", os.environ["MOLECULE_INVENTORY_FILE"], "--junit", str(junit),
-                    "-k", " or ".join(VM_ONLY_CHECKS), *PLAN_VARS, env=captured["env"])
+                    "--checks", " or ".join(VM_ONLY_CHECKS), *PLAN_VARS, env=captured["env"])
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     suite = ElementTree.parse(str(junit)).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
@@ -143,7 +145,7 @@ def test_verify_fails_on_the_vm_after_a_drift_naming_the_setting(host, captured)
     host.run_expect([0], "echo %d > %s" % (1 - int(tuned), path))
     try:
         done = edgetune("verify", "-l", VM, "-i", os.environ["MOLECULE_INVENTORY_FILE"], "--junit", str(junit),
-                        "-k", "kernel_settings", *PLAN_VARS, env=captured["env"])
+                        "--checks", "kernel_settings", *PLAN_VARS, env=captured["env"])
     finally:
         host.run_expect([0], "echo %s > %s" % (tuned, path))
     assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""`edgetune twin capture`: read a real board (read-only) and write a twin of it.
+"""`edgetune-dev twin capture`: read a real board (read-only) and write a twin of it.
 
 What is read, through a Device (SSH, or a local directory holding the
 device's root): the device tree identity, the BSP release files, the CPU
@@ -658,7 +658,7 @@ def draft_profile(board, report, power_modes, soc, host_label):
     memory = report["memory_kb"]
     lines = [
         "---",
-        "# Draft edge_facts board profile, captured from %s by `edgetune twin capture` (%s)." % (
+        "# Draft edge_facts board profile, captured from %s by `edgetune-dev twin capture` (%s)." % (
             host_label, report["captured_at"]),
         "# Detection filled in what the device shows; a person decides each TODO(person) below, then",
         "# puts the file in a directory named by edge_facts_profiles_dir (see the README, \"Adding a board\").",
@@ -848,7 +848,7 @@ def cmd_capture(args):
     if report["unreadable"]:
         say("not readable (left out): " + ", ".join("%s (%s)" % i for i in sorted(report["unreadable"].items())))
     where = "" if not args.out else "EDGETUNE_CAPTURED_DIR=%s " % out_dir
-    say("wrote %s; draft profile %s (see its TODO(person) lines); boot twins of it with `%sedgetune twin up "
+    say("wrote %s; draft profile %s (see its TODO(person) lines); boot twins of it with `%sedgetune-dev twin up "
         "--fleet captured/%s:2`" % (target, target / "profile" / (name + ".yml"), where, name))
     print(target)
     return 0

@@ -74,7 +74,7 @@ def ensure_limits(twin_count, say=print, sample_twin=None):
             sysctl_name(limit), have, twin_count, want, per_twin[limit], basis)
         if not running_as_root():
             raise UsageError("%s: run `sysctl -w %s=%d` as root (and add it to /etc/sysctl.d/ to keep it), "
-                              "then `edgetune twin up` again" % (what, sysctl_name(limit), value))
+                              "then `edgetune-dev twin up` again" % (what, sysctl_name(limit), value))
         try:
             write_limit(path, value)
         except OSError as exc:

@@ -21,11 +21,11 @@ from edgetune_dev.twin import inotify
 
 HERE = Path(__file__).resolve().parent
 BOARDS_DIR = HERE / "guest" / "boards"
-# Boards captured from real devices (`edgetune twin capture`), named captured/NAME.
+# Boards captured from real devices (`edgetune-dev twin capture`), named captured/NAME.
 CAPTURED_DIR = Path(os.environ.get("EDGETUNE_CAPTURED_DIR") or HERE.parents[2] / ".cache" / "captured")
 CAPTURED = "captured/"
 LABEL = "io.edgetune_dev.twin"
-# Twins of the fleet `edgetune twin up` manages (the demo's, the inventory's);
+# Twins of the fleet `edgetune-dev twin up` manages (the demo's, the inventory's);
 # twins created one by one (molecule's, a developer's) do not carry it.
 FLEET_LABEL = "io.edgetune.fleet"
 # The inventory group of a fleet twin, fixed when it is made: `twin down` and
@@ -172,7 +172,7 @@ def rt_runtime_options(name, say=print):
         left = 0
     if left < TWIN_RT_RUNTIME_US:
         say("twin %s gets no RT budget: the engine's cgroup %s has %d us of RT time left (a twin takes %d; "
-            "dockerd needs --cpu-rt-runtime, which `edgetune twin engine` passes)"
+            "dockerd needs --cpu-rt-runtime, which `edgetune-dev twin engine` passes)"
             % (name, parent, max(left, 0), TWIN_RT_RUNTIME_US))
         return []
     return ["--cpu-rt-runtime", str(TWIN_RT_RUNTIME_US)]
@@ -310,13 +310,14 @@ def create(name, board_name, say=print, fleet=False, inventory_dir=None):
     spec = board(board_name)
     state = container_state(name)
     if state and state["board"] != board_name:
-        raise TwinError("container %s exists as a %s twin, not %s; remove it with `edgetune twin rm %s`"
+        raise TwinError("container %s exists as a %s twin, not %s; remove it with `edgetune-dev twin rm %s`"
                         % (name, state["board"], board_name, name))
     if state and state["fleet"] != fleet:
-        raise TwinError("container %s exists as a twin %s the fleet; remove it with `edgetune twin rm %s`"
+        raise TwinError("container %s exists as a twin %s the fleet; remove it with `edgetune-dev twin rm %s`"
                         % (name, "outside" if fleet else "of", name))
     if state and fleet and (state["inventory"] or inventory_key(None)) != inventory_key(inventory_dir):
-        raise TwinError("container %s is a twin of the inventory in %s, not %s; remove it with `edgetune twin rm %s`"
+        raise TwinError("container %s is a twin of the inventory in %s, not %s; remove it with "
+                        "`edgetune-dev twin rm %s`"
                         % (name, state["inventory"] or inventory_key(None), inventory_key(inventory_dir), name))
     if state is None:
         labels = ["--label", "%s=%s" % (LABEL, board_name)]
@@ -350,7 +351,8 @@ def create(name, board_name, say=print, fleet=False, inventory_dir=None):
     else:
         if older_image(name, "edgetune/twin:%s" % spec["distro"]):
             say("twin %s was made from an older edgetune/twin:%s image and keeps it (without what the image "
-                "has gained since, e.g. its eth0 and bcc); `edgetune twin rm %s` and create it again for the new one"
+                "has gained since, e.g. its eth0 and bcc); `edgetune-dev twin rm %s` and create it again for the "
+                "new one"
                 % (name, spec["distro"], name))
         if not state["running"]:
             run(["docker", "start", name])
@@ -441,6 +443,6 @@ def write_inventory(directory):
     import yaml
     path = Path(directory) / "hosts.yml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("# Written by `edgetune twin up`: the running device twins.\n"
+    path.write_text("# Written by `edgetune-dev twin up`: the running device twins.\n"
                     + yaml.safe_dump(inventory, sort_keys=False, default_flow_style=False))
     return path

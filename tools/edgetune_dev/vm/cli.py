@@ -1,4 +1,4 @@
-"""`edgetune vm`: the VM twin (a real kernel and bootloader under qemu)."""
+"""`edgetune-dev vm`: the VM twin (a real kernel and bootloader under qemu)."""
 import json
 import sys
 import time

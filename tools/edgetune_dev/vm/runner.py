@@ -197,7 +197,7 @@ def write_inventory(st, directory):
     }}}}}
     path = Path(directory) / INVENTORY_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("# Written by `edgetune vm up`: the VM twin (removed by `edgetune vm down`).\n"
+    path.write_text("# Written by `edgetune-dev vm up`: the VM twin (removed by `edgetune-dev vm down`).\n"
                     + yaml.safe_dump(inventory, sort_keys=False, default_flow_style=False))
     return path
 
@@ -215,7 +215,7 @@ def monitor(command):
 
 def serial_socket():
     if state() is None:
-        raise UsageError("no VM twin is running; start it with `edgetune vm up`")
+        raise UsageError("no VM twin is running; start it with `edgetune-dev vm up`")
     s = socket.socket(socket.AF_UNIX)
     try:
         s.connect(str(RUN / "serial.sock"))

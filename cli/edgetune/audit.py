@@ -8,9 +8,9 @@ prints one line per device as its result arrives, and writes the reports
 (edgetune.audit_report).
 
 A device is ok, drifted, pending-reboot, unreachable or error, with the cause.
-Exit codes: 0 every device ok or pending-reboot, 1 otherwise, 2 usage or environment.
+Exit codes: 0 every device ok or pending-reboot, 1 a device drifted or in error, 2 usage or
+environment, 3 a device unreachable, 130 interrupted.
 """
-import argparse
 import collections
 import datetime
 import getpass
@@ -18,17 +18,15 @@ import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 
-from edgetune import ansible_setup, audit_report, outputs
-from edgetune.errors import UsageError, require_module
+from edgetune import ansible_options, ansible_setup, audit_report, outputs
+from edgetune.errors import Interrupted, UsageError, require_module
 
 AUDIT_TASK = "Audit the managed settings"
 # A failed task whose connection failed, not its module: docker's exec on a
@@ -45,74 +43,24 @@ NO_RESULT_MESSAGES = ("MODULE FAILURE", "Module result deserialization failed")
 CAUSE_CHARS = 300
 
 
-class AuditOptions:
-    """What the operator asked for, in ansible-playbook's terms."""
-
-    def __init__(self, inventories=(), limit=None, extra_vars=(), forks=None, user=None, private_key=None,
-                 vault_ids=(), ask_vault_pass=False, verbosity=0):
-        self.inventories = list(inventories)
-        self.limit = limit
-        self.extra_vars = list(extra_vars)
-        self.forks = forks
-        self.user = user
-        self.private_key = private_key
-        self.vault_ids = list(vault_ids)
-        self.ask_vault_pass = ask_vault_pass
-        self.verbosity = verbosity
-
-    @classmethod
-    def from_args(cls, args):
-        return cls(inventories=args.inventory or (), limit=args.limit, extra_vars=args.extra_vars or (),
-                   forks=args.forks, user=args.user, private_key=args.private_key,
-                   vault_ids=args.vault_id or (), ask_vault_pass=args.ask_vault_pass, verbosity=args.verbose)
-
-
-def ansible_playbook_argv(executable, options, playbook):
-    """The command line, as the operator would type it; relative paths stay relative to the current directory."""
-    argv = [executable]
-    for inventory in options.inventories:
-        argv += ["-i", inventory]
-    if options.limit:
-        argv += ["--limit", options.limit]
-    for extra in options.extra_vars:
-        argv += ["-e", extra]
-    if options.forks:
-        argv += ["--forks", str(options.forks)]
-    if options.user:
-        argv += ["--user", options.user]
-    if options.private_key:
-        argv += ["--private-key", options.private_key]
-    for vault_id in options.vault_ids:
-        argv += ["--vault-id", vault_id]
-    if options.ask_vault_pass:
-        argv.append("--ask-vault-pass")
-    if options.verbosity:
-        argv.append("-" + "v" * options.verbosity)
-    return argv + [playbook]
-
-
-def vault_passwords(options, ask=None):
+def prompt_answers(options, ask=None):
     """{prompt pattern: password}. Ansible asks on its terminal, which ansible-runner holds: the
     passwords are asked here first, and runner answers Ansible's own prompts with them."""
     ask = ask or getpass.getpass
     answers = {}
+    if options.ask_pass:
+        answers[r"^SSH password:\s*?$"] = ask("SSH password: ")
+    if options.ask_become_pass:
+        # BECOME, or the become method's name where agnostic_become_prompt is off (SUDO, ...)
+        answers[r"^(?!SSH )[A-Z][A-Z0-9_]* password(\[defaults to SSH password\])?:\s*?$"] = ask("BECOME password: ")
     if options.ask_vault_pass:
         answers[r"^Vault password:\s*?$"] = ask("Vault password: ")
-    for vault_id in options.vault_ids:
+    for vault_id in options.vault_id:
         label, _, source = vault_id.rpartition("@")
         if source == "prompt":
             label = label or "default"
             answers[r"^Vault password \(%s\):\s*?$" % re.escape(label)] = ask("Vault password (%s): " % label)
     return answers
-
-
-def ansible_playbook_executable():
-    """The ansible-playbook of this Python's ansible-core (whose config reading we used), else PATH's."""
-    beside = Path(sys.executable).parent / "ansible-playbook"
-    found = str(beside) if beside.exists() else shutil.which("ansible-playbook")
-    if not found:
-        raise UsageError("ansible-playbook not found; run `make venv` and use .venv/bin/edgetune")
-    return found
 
 
 # ---------------------------------------------------------------- classification
@@ -265,16 +213,24 @@ def runner_environment(config, playbook_env):
     return env
 
 
-def run_audit(options, on_device=None, on_output=None, say=None):
-    """Run the audit playbook; returns {host: entry} (see AuditEvents)."""
-    ansible_runner = require_module("ansible_runner", "edgetune audit")
+def prepare(options):
+    """(the config in effect, ansible-playbook's argv, its environment additions), refusing bad input
+    in one line before any device is touched."""
     config = ansible_setup.config_in_effect()
+    options.check(config.inventories)
     playbook, playbook_env = ansible_setup.collection_playbook(config, "audit")
-    argv = ansible_playbook_argv(ansible_playbook_executable(), options, playbook)
+    return config, options.playbook_argv(ansible_setup.ansible_playbook(), playbook), playbook_env
+
+
+def run_audit(options, on_device=None, on_output=None, say=None):
+    """Run the audit playbook; returns {host: entry} (see AuditEvents). ``options``:
+    edgetune.ansible_options.Options."""
+    ansible_runner = require_module("ansible_runner", "edgetune audit")
+    config, argv, playbook_env = prepare(options)
     if say:
         say("audit with %s: %s" % (config.describe(), shlex.join(argv)))
     events = AuditEvents(on_device, on_output)
-    passwords = vault_passwords(options)  # asked before Ctrl-C is taken over below
+    passwords = prompt_answers(options)  # asked before Ctrl-C is taken over below
     with Interruption() as interruption, tempfile.TemporaryDirectory(prefix="edgetune-audit-") as private_dir:
         runner = ansible_runner.run(
             private_data_dir=private_dir, project_dir=os.getcwd(),  # the child runs where we run
@@ -284,7 +240,7 @@ def run_audit(options, on_device=None, on_output=None, say=None):
             suppress_env_files=True,  # runner would write the vault passwords to its env/ directory
             settings={"suppress_output_file": True, "pexpect_timeout": 1})
     if interruption.count:
-        raise UsageError("audit interrupted: ansible-playbook stopped, no report written")
+        raise Interrupted("audit interrupted: ansible-playbook stopped, no report written")
     if not events.hosts:
         if runner.rc:
             raise UsageError("ansible-playbook stopped before any device: %s" % " | ".join(events.output_tail))
@@ -306,7 +262,7 @@ def cmd_audit(args):
     reports = [("--junit", args.junit), ("--prometheus", args.prometheus)]
     outputs.check(files=reports)
     started = time.time()
-    hosts = run_audit(AuditOptions.from_args(args),
+    hosts = run_audit(ansible_options.Options.from_args(args),
                       on_device=lambda host, entry: stderr_line(progress_line(host, entry)),
                       on_output=(lambda text: stderr_line(text.rstrip("\n"))) if args.verbose else None,
                       say=lambda message: stderr_line("edgetune: " + message))
@@ -328,12 +284,6 @@ def cmd_audit(args):
     return audit_report.exit_code(hosts)
 
 
-def positive_int(text):
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError("must be a whole number of at least 1, not %r" % text)
-    return int(text)
-
-
 def add_parser(subparsers):
     p = subparsers.add_parser(
         "audit", help="drift audit of the fleet (desired vs persisted vs running)",
@@ -341,17 +291,7 @@ def add_parser(subparsers):
                     "directory: the ansible.cfg Ansible finds (ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg, "
                     "/etc/ansible/ansible.cfg), paths relative to here. Progress (one line per device) "
                     "goes to stderr, the report to stdout.")
-    p.add_argument("-i", "--inventory", action="append", help="inventory, repeatable (default: ansible.cfg's)")
-    p.add_argument("-l", "--limit", help="limit to hosts or groups, e.g. orin-fleet")
-    p.add_argument("-e", "--extra-vars", action="append", help="extra variables, as for ansible-playbook")
-    p.add_argument("-f", "--forks", type=positive_int, help="devices audited in parallel (default: ansible.cfg's)")
-    p.add_argument("-u", "--user", help="connect as this user")
-    p.add_argument("--private-key", metavar="FILE", help="SSH private key file")
-    p.add_argument("--vault-id", action="append", help="vault identity, repeatable (label@source)")
-    p.add_argument("-J", "--ask-vault-pass", "--ask-vault-password", dest="ask_vault_pass", action="store_true",
-                   help="ask for the vault password")
-    p.add_argument("-v", "--verbose", action="count", default=0,
-                   help="Ansible's verbosity (-vvv for more); also shows Ansible's output on stderr")
+    ansible_options.add_to(p)
     p.add_argument("--all", action="store_true", help="list the settings that are ok too")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     p.add_argument("--junit", metavar="FILE", help="also write JUnit XML for CI")

@@ -2,7 +2,7 @@
 """Benchmark the deployed LLM (llama-server) on a device: token latency quiet, under
 a noisy neighbour untuned, and under the same noise tuned, side by side.
 
-    tools/bench-runtime [-i INVENTORY -l HOST | --board orin-nx-16gb-r36] [--rounds 3]
+    edgetune-dev bench runtime [-i INVENTORY -l HOST | --board orin-nx-16gb-r36] [--rounds 3]
                         [--generations 5] [--max-tokens 32] [--deploy site|deploy|none]
                         [--become] [--out reports] [--keep]
 
@@ -43,12 +43,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tools"))
-sys.path.insert(0, str(REPO / ".cache" / "collections"))
-
-from edgetune_dev import bench, bench_llm, llm  # noqa: E402
-from edgetune.errors import UsageError  # noqa: E402
+from edgetune.errors import UsageError
+from edgetune_dev import CHECKOUT as REPO
+from edgetune_dev import artifacts, bench, bench_llm, llm
 
 UNIT = "edgetune-runtime.service"
 UNTUNED_UNIT, NOISE_UNIT = "edgetune-bench-untuned", "edgetune-bench-noise"
@@ -231,7 +228,7 @@ def stop_units(host):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="bench-runtime", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="edgetune-dev bench runtime", description=__doc__.splitlines()[0])
     p.add_argument("-i", "--inventory", help="an Ansible inventory (with -l)")
     p.add_argument("-l", "--limit", help="the inventory host to measure (a board or a twin)")
     p.add_argument("--board", default="orin-nx-16gb-r36", help="without -l: the board of the twin to create")
@@ -258,10 +255,10 @@ def main(argv=None):
         if args.limit:
             host = Host(Path(args.inventory).resolve(), args.limit, args.become)
         else:
-            run([sys.executable, str(REPO / "tools" / "package-runtime")])
+            artifacts.main([])
             created = "bench-runtime-%s" % args.board.split("-")[0]
             say("creating twin %s (%s)" % (created, args.board))
-            run(["edgetune", "twin", "create", created, "--board", args.board])
+            run(["edgetune-dev", "twin", "create", created, "--board", args.board])
             twin_inventory(created, workdir / "inventory.json")
             host = Host(workdir / "inventory.json", created)
         converge(host, args.deploy or ("site" if created else "none"), workdir)
@@ -319,7 +316,7 @@ def main(argv=None):
             except UsageError:
                 pass
         if created is not None and not args.keep:
-            run(["edgetune", "twin", "rm", created], check=False)
+            run(["edgetune-dev", "twin", "rm", created], check=False)
 
 
 if __name__ == "__main__":

@@ -3,23 +3,26 @@
 The tools run a playbook as the operator's own `ansible-playbook` would from
 the current directory: with the ansible.cfg Ansible finds itself
 (ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg, /etc/ansible/ansible.cfg),
-so the operator's ssh_args, ProxyJump, remote_user and inventory apply. Only
-when that setup does not find the collection edgetune.fleet, and edgetune runs
-from a checkout, is the checkout's link (.cache/collections) added, after the
-paths it already has.
+so the operator's ssh_args, ProxyJump, remote_user and inventory apply, and
+the collection edgetune.fleet where that setup finds it (an installed copy, or
+a checkout's committed collections/ link, which its ansible.cfg names).
 
-Imported by edgetune/__init__.py (to make the collection importable): only
-the standard library and edgetune.errors at the top.
+Only the standard library and edgetune.errors at the top: `--help` and
+`--version` work without ansible-core or the collection.
 """
+import importlib
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
-from edgetune import CHECKOUT, COLLECTIONS
 from edgetune.errors import UsageError
 
 NAMESPACE, NAME = "edgetune", "fleet"
+MODULE_UTILS = "ansible_collections.%s.%s.plugins.module_utils" % (NAMESPACE, NAME)
+INSTALL_HINT = ("install it with `ansible-galaxy collection install edgetune-fleet-VERSION.tar.gz` (the release "
+                "tarball), or run edgetune from a checkout of the collection")
 
 
 class AnsibleConfig:
@@ -41,8 +44,8 @@ def config_in_effect():
     try:
         from ansible.config.manager import ConfigManager, find_ini_config_file
     except ImportError:
-        raise UsageError("ansible-core is not installed for this Python; run `make venv` "
-                         "and use .venv/bin/edgetune") from None
+        raise UsageError("ansible-core is not installed for %s: install edgetune with its dependencies "
+                         "(they include the ansible package)" % sys.executable) from None
     path = find_ini_config_file()
     manager = ConfigManager(path)
     # The default callback path is a template over ANSIBLE_HOME, which Ansible renders when it starts.
@@ -97,47 +100,65 @@ def collection_version(path):
         return None, None
 
 
+def not_installed(config):
+    return UsageError("the collection %s.%s is not installed where %s looks (%s): %s"
+                      % (NAMESPACE, NAME, config.describe(), os.pathsep.join(config.collections_paths)
+                         or "no collections path", INSTALL_HINT))
+
+
 def collection_playbook(config, playbook):
-    """(what to give ansible-playbook, environment additions) to run the collection's playbook.
-
-    The collection as the config finds it: by FQCN. Else, run from a checkout,
-    its playbooks/<playbook>.yml, with the checkout's link after the config's
-    collection paths (which the environment variable replaces, so they are
-    repeated first)."""
+    """(what to give ansible-playbook, environment additions) to run the collection's playbook
+    (e.g. "audit"): its FQCN, with the config Ansible found from here made explicit."""
+    if not find_collection(config.collections_paths):
+        raise not_installed(config)
     env = {"ANSIBLE_CONFIG": config.path} if config.path else {}
-    if find_collection(config.collections_paths):
-        return "%s.%s.%s" % (NAMESPACE, NAME, playbook), env
-    in_checkout = CHECKOUT / "playbooks" / (playbook + ".yml") if CHECKOUT else None
-    if in_checkout is None or not in_checkout.exists():
-        raise UsageError("the collection %s.%s is not installed where %s looks (%s): install it with "
-                         "`ansible-galaxy collection install`, or run edgetune from its checkout"
-                         % (NAMESPACE, NAME, config.describe(), os.pathsep.join(config.collections_paths)))
-    env["ANSIBLE_COLLECTIONS_PATH"] = os.pathsep.join(config.collections_paths + [str(COLLECTIONS)])
-    return str(in_checkout), env
+    return "%s.%s.%s" % (NAMESPACE, NAME, playbook), env
 
 
-def run_json_playbook(playbook, inventories=(), limit=None, extra_vars=()):
+def module_utils(name):
+    """The collection's module utility ``name`` (e.g. "edge_pcie"), imported as Ansible imports it: by
+    Ansible's collection loader, from the collections paths in effect here (set up once per process;
+    the loader hooks the import system, sys.path stays as it is)."""
+    try:
+        from ansible.utils.collection_loader import AnsibleCollectionConfig
+    except ImportError:
+        AnsibleCollectionConfig = None  # no ansible-core (the Python 3.8 unit run): a plain import
+    if AnsibleCollectionConfig is not None and AnsibleCollectionConfig.collection_finder is None:
+        config = config_in_effect()  # a broken ansible.cfg is one line, before Ansible reads it
+        if not find_collection(config.collections_paths + sys.path):
+            raise not_installed(config)
+        from ansible.plugins.loader import init_plugin_loader
+        init_plugin_loader()
+    try:
+        return importlib.import_module("%s.%s" % (MODULE_UTILS, name))
+    except ModuleNotFoundError as error:
+        if not MODULE_UTILS.startswith(error.name or "-"):
+            raise
+        raise not_installed(config_in_effect()) from None
+
+
+def ansible_playbook():
+    """The ansible-playbook of this Python's ansible-core (whose config reading we use), else PATH's."""
+    beside = Path(sys.executable).parent / "ansible-playbook"
+    found = str(beside) if beside.exists() else shutil.which("ansible-playbook")
+    if not found:
+        raise UsageError("ansible-playbook is neither beside %s nor on PATH: install edgetune with its "
+                         "dependencies (they include the ansible package)" % sys.executable)
+    return found
+
+
+def run_json_playbook(playbook, options):
     """Run the collection's playbook (e.g. "preflight") as the operator's ansible-playbook would,
-    with Ansible's JSON callback; its report (a dict). For the tools that read results, not events."""
-    import shutil
+    with Ansible's JSON callback; its report (a dict). For the tools that read results, not events.
+    ``options``: edgetune.ansible_options.Options."""
     import subprocess
     config = config_in_effect()
     target, env = collection_playbook(config, playbook)
-    beside = Path(sys.executable).parent / "ansible-playbook"
-    executable = str(beside) if beside.exists() else shutil.which("ansible-playbook")
-    if not executable:
-        raise UsageError("ansible-playbook not found; run `make venv` and use .venv/bin/edgetune")
-    argv = [executable]
-    for inventory in inventories:
-        argv += ["-i", inventory]
-    if limit:
-        argv += ["--limit", limit]
-    for extra in extra_vars:
-        argv += ["-e", extra]
     env = dict(os.environ, **env)
     env.update(ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", EDGETUNE_NO_SUMMARY="1", ANSIBLE_NOCOLOR="1")
-    done = subprocess.run(argv + [target], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, check=False)
+    # Ansible's prompts (-k, -K, --ask-vault-pass) go to the terminal; its report comes on stdout.
+    done = subprocess.run(options.playbook_argv(ansible_playbook(), target), env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, check=False)
     try:
         return json.loads(done.stdout)
     except ValueError:

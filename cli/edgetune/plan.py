@@ -5,13 +5,15 @@ would from the current directory (edgetune.ansible_setup; edge_facts reads each 
 edgetune.fleet.edge_plan validates the intent and computes the plan on the
 controller) and prints each device's plan: nothing on the device changes and
 nothing is read beyond the facts. Exit codes: 0 every device planned, 1 a
-device could not be planned (bad intent, unknown board, unreachable), 2 usage.
+device could not be planned (bad intent, unknown board), 2 usage, 3 a device
+unreachable, 130 interrupted.
 """
 import json
 import sys
 
-from edgetune.ansible_setup import run_json_playbook
-from edgetune.errors import UsageError
+from edgetune import ansible_options
+from edgetune.ansible_setup import config_in_effect, run_json_playbook
+from edgetune.errors import CLEAN, FINDINGS, UNREACHABLE, UsageError
 
 # The preflight's task that plans the device (playbooks/preflight.yml).
 PLAN_TASK = "Validate the intent of every role and plan the device before the first change"
@@ -106,8 +108,16 @@ def describe(host, plan):
     return "\n".join(lines)
 
 
+def exit_code(hosts):
+    if any(entry.get("error") == "unreachable" for entry in hosts.values()):
+        return UNREACHABLE
+    return CLEAN if all("plan" in entry for entry in hosts.values()) else FINDINGS
+
+
 def cmd_plan(args):
-    hosts = collect(run_json_playbook("preflight", args.inventory or (), args.limit, args.extra_vars or ()))
+    options = ansible_options.Options.from_args(args)
+    options.check(config_in_effect().inventories)
+    hosts = collect(run_json_playbook("preflight", options))
     if not hosts:
         raise UsageError("no hosts matched; check the inventory and --limit")
     if args.json:
@@ -120,15 +130,13 @@ def cmd_plan(args):
             else:
                 print("%s: NOT PLANNED (%s)%s" % (host, entry["error"], (": " + " ".join(
                     entry.get("message", "").split())) if entry.get("message") else ""))
-    return 0 if all("plan" in entry for entry in hosts.values()) else 1
+    return exit_code(hosts)
 
 
 def add_parser(subparsers):
     p = subparsers.add_parser("plan", help="print each device's plan (the validated desired state), "
                                            "reading only the facts")
-    p.add_argument("-i", "--inventory", action="append", help="inventory, repeatable (default: ansible.cfg's)")
-    p.add_argument("-l", "--limit", help="limit to hosts or groups, e.g. orin-fleet")
-    p.add_argument("-e", "--extra-vars", action="append", help="extra variables, as for ansible-playbook")
+    ansible_options.add_to(p)
     p.add_argument("--json", action="store_true", help="machine-readable output: {host: {plan} or {error}}")
     p.set_defaults(func=cmd_plan)
 

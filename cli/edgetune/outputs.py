@@ -3,8 +3,9 @@
 Each subcommand calls check() with all its output paths before it starts
 anything (ansible-playbook, twins, a VM, a build): a path that cannot be
 written is one line (UsageError, exit 2) then, not a traceback at the end of
-a fleet run. check() creates and leaves nothing: it looks at the path and at
-its nearest existing ancestor. Missing directories below that ancestor are
+a fleet run. check() leaves nothing: it looks at the path and at its nearest
+existing ancestor, and creates and removes a probe file there (a filesystem
+such as /proc refuses a new file whatever the permission bits say). Missing directories below that ancestor are
 fine; write_text() creates them, as the reports always did (``--junit
 reports/drift.xml`` in a fresh directory).
 
@@ -20,6 +21,7 @@ node_exporter or CI never see half a file), in place for a device or FIFO
 """
 import os
 import stat
+import tempfile
 
 from edgetune.errors import UsageError
 
@@ -53,6 +55,12 @@ def _can_create_in(directory, info):
         return "%s is not a directory" % directory
     if not os.access(directory, os.W_OK | os.X_OK):
         return "no permission to create files in %s" % directory
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".edgetune-probe-", dir=directory)
+    except OSError as exc:
+        return "no file can be created in %s: %s" % (directory, exc.strerror or exc)
+    os.close(handle)
+    os.unlink(probe)
     return None
 
 

@@ -17,8 +17,14 @@ it; no checkout is needed. So verify proves that a device runs what the roles
 intend for it; whether that intent is right for a board is what molecule's
 hand-written expectations prove on the twins.
 
+The Ansible options are ansible-playbook's: the plan playbook takes them as
+given; the checks connect through testinfra's Ansible backend, which takes
+the user, key, become and connection from them (Ansible's environment
+variables) but cannot answer a password prompt.
+
 Exit codes: 0 every check passed, 1 a check failed or a device could not be
-planned or reached, 2 usage or environment error.
+planned, 2 usage or environment error, 3 a device unreachable (its checks are
+not run), 130 interrupted.
 """
 import importlib.util
 import json
@@ -31,19 +37,11 @@ from pathlib import Path
 
 import yaml
 
-from edgetune import ansible_setup, checks, outputs
-from edgetune.errors import UsageError
-
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import ram_share
+from edgetune import ansible_options, ansible_setup, checks, outputs
+from edgetune.errors import CLEAN, FINDINGS, UNREACHABLE, USAGE, Interrupted, UsageError
 
 PLAN_TASK = "Desired state for edgetune verify"
 PLAYBOOK = Path(__file__).resolve().parent / "verify_plan.yml"
-
-
-def tool(name):
-    """A console script of this environment (the venv's, also when it is not activated)."""
-    beside = Path(sys.executable).parent / name
-    return str(beside) if beside.exists() else name
 
 
 def ansible_env(config):
@@ -66,22 +64,15 @@ def require_pytest():
                          % (" and ".join(missing), "is" if len(missing) == 1 else "are", sys.executable))
 
 
-def run_plan(config, inventories, limit, extra_vars=()):
-    """{host: plan dict or {"error": message}}."""
+def run_plan(config, options):
+    """{host: plan dict or {"error": message}} (the error "unreachable" for a device not reached)."""
     target, env_add = ansible_setup.collection_playbook(config, "preflight")
-    argv = [tool("ansible-playbook"), str(PLAYBOOK), "-e", "edgetune_preflight=%s" % target]
-    for inventory in inventories:
-        argv += ["-i", inventory]
-    argv += ["-l", limit]
-    for extra in extra_vars:
-        argv += ["-e", extra]
+    argv = options.playbook_argv(ansible_setup.ansible_playbook(), str(PLAYBOOK),
+                                 "-e", "edgetune_preflight=%s" % target)
     env = dict(ansible_env(config), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", EDGETUNE_NO_SUMMARY="1",
                **env_add)
-    try:
-        done = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, check=False)
-    except FileNotFoundError:
-        raise UsageError("ansible-playbook not found; run `make venv` and use .venv/bin/edgetune") from None
+    done = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, check=False)
     try:
         report = json.loads(done.stdout)
     except ValueError:
@@ -94,7 +85,10 @@ def run_plan(config, inventories, limit, extra_vars=()):
     for play in report.get("plays", []):
         for task in play.get("tasks", []):
             for host, result in task.get("hosts", {}).items():
-                if result.get("unreachable") or result.get("failed"):
+                if result.get("unreachable"):
+                    message = " ".join(str(result.get("msg", "")).split())
+                    plans[host] = {"error": "unreachable", "message": message[:500]}
+                elif result.get("failed"):
                     message = " ".join(str(result.get("msg", "")).split())
                     plans[host] = {"error": "%s: %s" % (task["task"]["name"], message[:500])}
                 elif task["task"]["name"] == PLAN_TASK and host not in plans:
@@ -130,7 +124,7 @@ def policies_of(settings, clusters):
 def memory_limit(given, size):
     """The slice's memory limit as the checks take it: a share of MemTotal for NN% (systemd resolves it
     when it loads the unit), else the plan's bytes; None for no limit."""
-    share = ram_share(given)
+    share = ansible_setup.module_utils("edge_audit").ram_share(given)
     if share is not None:
         return {"fraction": share}
     return {"bytes": size} if size is not None else None
@@ -187,24 +181,53 @@ def expectations(report, defaults):
 
 
 # ---------------------------------------------------------------- the command
+def checks_environment(options):
+    """(pytest options, environment) that give testinfra's Ansible backend the operator's Ansible
+    options: it reads the user, become and connection settings from Ansible's environment variables,
+    the key from its own option; a connection other than the inventory's goes through Ansible itself."""
+    env, argv = {}, []
+    if options.user:
+        env["ANSIBLE_REMOTE_USER"] = options.user
+    if options.become:
+        env["ANSIBLE_BECOME"] = "True"
+    if options.become_user:
+        env["ANSIBLE_BECOME_USER"] = options.become_user
+    if options.private_key:
+        argv.append("--ssh-identity-file=%s" % str(Path(options.private_key).expanduser().resolve()))
+        env["ANSIBLE_PRIVATE_KEY_FILE"] = str(Path(options.private_key).expanduser().resolve())
+    if options.connection:
+        env["ANSIBLE_CONNECTION"] = options.connection
+        argv.append("--force-ansible")
+    if options.vault_password_file:
+        env["ANSIBLE_VAULT_PASSWORD_FILE"] = str(Path(options.vault_password_file[0]).expanduser().resolve())
+    if options.vault_id:
+        env["ANSIBLE_VAULT_IDENTITY_LIST"] = ",".join(options.vault_id)
+    return argv, env
+
+
 def cmd_verify(args):
     require_pytest()
+    options = ansible_options.Options.from_args(args)
+    if options.prompts():
+        raise UsageError("verify's checks connect through testinfra, which cannot answer a password prompt "
+                         "(-k, -K, --ask-vault-pass, --vault-id ...@prompt): use an SSH key (--private-key) "
+                         "and a vault password file")
+    # Before anything touches a device: the reports can be written, the inventory is there.
+    outputs.check(files=[("--junit", args.junit), ("--keep-plan", args.keep_plan)])
     config = ansible_setup.config_in_effect()
+    options.check(config.inventories)
     collection = ansible_setup.locate_collection()[0]
     if collection is None:
-        raise UsageError("the collection edgetune.fleet is not installed where %s looks (%s): install it with "
-                         "`ansible-galaxy collection install`" % (config.describe(),
-                                                                  os.pathsep.join(config.collections_paths)))
-    inventories = args.inventory or config.inventories
+        raise ansible_setup.not_installed(config)
+    inventories = options.inventory or config.inventories
     if len(inventories) != 1:
         raise UsageError("give one inventory (-i) to verify; testinfra reads one (%s names %s)"
                          % (config.describe(), ", ".join(inventories) or "none"))
     inventory = str(Path(inventories[0]).expanduser().resolve())
-    # Before the plan playbook touches a device: the reports can be written.
-    outputs.check(files=[("--junit", args.junit), ("--keep-plan", args.keep_plan)])
+    options.inventory = [inventory]
     started = time.time()
     say("planning %s: each device's plan from the inventory and the boards' facts (read-only)" % args.limit)
-    plans = run_plan(config, [inventory], args.limit, args.extra_vars or ())
+    plans = run_plan(config, options)
     if not plans:
         raise UsageError("no hosts matched %s in %s" % (args.limit, inventory))
     defaults = role_defaults(collection)
@@ -212,37 +235,57 @@ def cmd_verify(args):
     for host, plan in sorted(plans.items()):
         if plan is None or "error" in plan:
             derived[host] = {"error": (plan or {}).get("error", "no plan")}
-            say("%s: cannot be verified: %s" % (host, derived[host]["error"]))
+            say("%s: %s" % (host, "UNREACHABLE: %s" % plan.get("message", "") if derived[host]["error"] ==
+                            "unreachable" else "cannot be verified: %s" % derived[host]["error"]))
         else:
             derived[host] = {"expected": expectations(plan, defaults)}
     planned = time.time() - started
+    if args.keep_plan:
+        outputs.write_text(args.keep_plan, json.dumps(derived, indent=1), "--keep-plan")
+    checked = sorted(host for host, entry in derived.items() if "expected" in entry)
+    code = CLEAN
+    if checked:
+        code = run_checks(args, options, config, inventory, derived, checked)
+    unreachable = any(entry.get("error") == "unreachable" for entry in derived.values())
+    say("verify of %s took %.0f s (plan %.0f s)" % (args.limit, time.time() - started, planned))
+    if code == USAGE:
+        return code
+    if unreachable:
+        return UNREACHABLE
+    return FINDINGS if code != CLEAN or len(checked) < len(derived) else CLEAN
+
+
+def run_checks(args, options, config, inventory, derived, hosts):
+    """pytest with the device checks on the planned hosts; edgetune's exit code for its result."""
     with tempfile.TemporaryDirectory(prefix="edgetune-verify-") as tmp:
         plan_file = Path(tmp) / "plan.json"
         plan_file.write_text(json.dumps(derived, indent=1))
-        if args.keep_plan:
-            outputs.write_text(args.keep_plan, json.dumps(derived, indent=1), "--keep-plan")
         # The checks as shipped, with their own fixtures (edgetune.checks.plugin) and no configuration
         # or conftest.py of the working directory's (-c: none; the rootdir is the checks' own).
         here = str(Path(checks.__file__).resolve().parent)
+        connect, connect_env = checks_environment(options)
         argv = [sys.executable, "-m", "pytest", *[str(path) for path in checks.paths()], "-c", os.devnull,
                 "--rootdir", here, "--confcutdir", here, "-p", "edgetune.checks.plugin", "-m", "device",
-                "-p", "no:cacheprovider", "--hosts=ansible://%s" % args.limit, "--ansible-inventory=%s" % inventory,
-                "-rfEs", "-o", "junit_family=xunit2"]
+                "-p", "no:cacheprovider", "--hosts=%s" % ",".join("ansible://%s" % host for host in hosts),
+                "--ansible-inventory=%s" % inventory, "-rfEs", "--tb=short", "-o", "junit_family=xunit2"]
+        argv += connect
         if args.junit:
             argv += ["--junitxml", str(Path(args.junit).resolve())]
         if args.keyword:
             argv += ["-k", args.keyword]
-        argv += ["-q"] if not args.verbose else ["-v"]
+        argv += ["-q"] if not options.verbose else ["-v"]
         # Not molecule's: verify may run inside a molecule run (the VM scenario's test of it).
         env = {k: v for k, v in ansible_env(config).items() if not k.startswith("MOLECULE_")}
-        env.update(EDGETUNE_VERIFY_PLAN=str(plan_file), EDGETUNE_VERIFY_INVENTORY=inventory)
-        done = subprocess.run(argv, env=env, check=False)
-    say("verify of %s took %.0f s (plan %.0f s)" % (args.limit, time.time() - started, planned))
-    if done.returncode in (0, 5) and any("error" in d for d in derived.values()):
-        return 1
+        env.update(connect_env, EDGETUNE_VERIFY_PLAN=str(plan_file), EDGETUNE_VERIFY_INVENTORY=inventory)
+        try:
+            done = subprocess.run(argv, env=env, check=False)
+        except KeyboardInterrupt:
+            raise Interrupted("verify interrupted: the checks stopped, no report written") from None
     if done.returncode == 5:
         raise UsageError("no device checks ran for %s" % args.limit)
-    return 0 if done.returncode == 0 else 1 if done.returncode == 1 else 2
+    if done.returncode == 2:
+        raise Interrupted("verify interrupted: the checks stopped")
+    return {0: CLEAN, 1: FINDINGS}.get(done.returncode, USAGE)
 
 
 def say(message):
@@ -252,12 +295,9 @@ def say(message):
 def add_parser(subparsers):
     p = subparsers.add_parser("verify", help="run the device checks of the twins' tests against devices "
                                              "(expected values from the inventory's intent and the boards' facts)")
-    p.add_argument("-l", "--limit", required=True, help="the group or host to verify, e.g. orin-fleet")
-    p.add_argument("-i", "--inventory", action="append",
-                   help="the inventory (default: the one of the ansible.cfg Ansible finds from here)")
-    p.add_argument("-e", "--extra-vars", action="append", help="extra variables for the plan, as for ansible-playbook")
+    ansible_options.add_to(p, limit_required=True)
     p.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
-    p.add_argument("-k", dest="keyword", help="only the checks matching this pytest -k expression")
+    p.add_argument("--checks", dest="keyword", metavar="EXPR", help="only the checks matching this pytest -k "
+                   "expression, e.g. \"bootargs or runtime\"")
     p.add_argument("--keep-plan", metavar="FILE", help="also write the derived expectations (JSON) here")
-    p.add_argument("-v", "--verbose", action="store_true", help="one line per check")
     p.set_defaults(func=cmd_verify)

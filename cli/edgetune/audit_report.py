@@ -9,8 +9,9 @@ import re
 import xml.etree.ElementTree as ET
 
 from edgetune import outputs
+from edgetune.ansible_setup import module_utils
+from edgetune.errors import CLEAN, FINDINGS, UNREACHABLE
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_metrics
 
 STATUSES = ("ok", "drifted", "pending-reboot", "unreachable", "error")
 # The exit code is 0 when every device is in one of these.
@@ -25,7 +26,10 @@ def summary(hosts):
 
 
 def exit_code(hosts):
-    return 0 if all(entry["status"] in PASSING for entry in hosts.values()) else 1
+    """3 when a device could not be reached (the fleet was not all seen), else 1 for any finding."""
+    if any(entry["status"] == "unreachable" for entry in hosts.values()):
+        return UNREACHABLE
+    return CLEAN if all(entry["status"] in PASSING for entry in hosts.values()) else FINDINGS
 
 
 def table(hosts, show_ok=False):
@@ -113,6 +117,7 @@ def junit(hosts, seconds):
 def prometheus(hosts, finished_at):
     """The textfile: the names, labels and HELP of plugins/module_utils/edge_metrics.py (METRICS), the
     same the on-device audit timer writes, plus the controller's own (audited, unreachable, duration)."""
+    edge_metrics = module_utils("edge_metrics")
     samples = {"edgetune_device_audited": [], "edgetune_device_unreachable": [],
                "edgetune_audit_duration_seconds": []}
     for host in sorted(hosts):

@@ -13,6 +13,7 @@ or truncated config space, e.g. read without root).
 import json
 import os
 
+from edgetune import ansible_setup
 from edgetune.errors import UsageError
 
 HEADER = ("DEVICE", "PORT TYPE", "CAPABILITY", "VC", "ID", "ENABLED", "TC/VC MAP", "TCS", "NEGOTIATION")
@@ -20,8 +21,7 @@ HEADER = ("DEVICE", "PORT TYPE", "CAPABILITY", "VC", "ID", "ENABLED", "TC/VC MAP
 
 def load_parser():
     """The project's plugins/module_utils/edge_pcie.py (one implementation for the module and this tool)."""
-    from ansible_collections.edgetune.fleet.plugins.module_utils import edge_pcie
-    return edge_pcie
+    return ansible_setup.module_utils("edge_pcie")
 
 
 def tc_list(tcs):
