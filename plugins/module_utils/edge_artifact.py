@@ -535,6 +535,59 @@ def default_release(artifacts_dir, device, platform=None, unknown=()):
     return server, engine
 
 
+# What ``auto`` cannot know on the controller (the device checks it after the copy: edge_release).
+AUTO_UNKNOWN = ("python", "tensorrt", "rknn")
+
+
+def release_device(facts):
+    """What ``auto`` picks a release by (default_release's ``device``), from edge_facts' facts."""
+    facts = facts or {}
+    return {"soc": facts.get("soc"), "l4t": facts.get("l4t"), "bsp": facts.get("bsp"),
+            "architecture": facts.get("architecture"), "glibc": facts.get("glibc")}
+
+
+def controller_tarball(src, artifacts_dir):
+    """Where a tarball named on the controller (edge_runtime_*_src, not auto) is: a path as given,
+    a file name in ``artifacts_dir``."""
+    return src if os.path.isabs(src) else os.path.join(artifacts_dir or ".", src)
+
+
+def cached_sha256_file(path, cache_dir=None):
+    """sha256_file(path), kept on the controller's disk by the file's path, inode, size and times (a
+    byte written changes the times; a file put in its place, the inode): the audit of a fleet names the
+    same tarballs for every device, each in a worker process of its own. Controller only."""
+    cache_dir = controller_cache_dir("sha256") if cache_dir is None else cache_dir
+    entry = None
+    if cache_dir:
+        info = os.stat(path)
+        key = json.dumps([os.path.realpath(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns,
+                          info.st_ctime_ns])
+        entry = os.path.join(cache_dir, hashlib.sha1(key.encode()).hexdigest() + ".json")
+    return cached_json(entry, lambda: sha256_file(path))
+
+
+def identity(path, kind, sha256=None):
+    """What a tarball on the controller is, wherever the controller keeps it: {"name", "version",
+    "sha256"}, the name and version from its manifest (the packager's sidecar where it describes this
+    tarball, else the MANIFEST.json inside; None where neither can be read). ``sha256``: the tarball's,
+    where the caller hashed it already. OSError where the tarball cannot be read."""
+    sha256 = sha256 or cached_sha256_file(path)
+    manifest = None
+    try:
+        with open(path + SIDECAR) as handle:
+            manifest = json.load(handle)
+        if not isinstance(manifest, dict) or (manifest.get("artifact") or {}).get("sha256") != sha256:
+            manifest = None
+    except (OSError, ValueError, AttributeError):
+        manifest = None
+    if manifest is None:
+        try:
+            manifest = checked_manifest(path, kind, sha256)
+        except ArtifactError:
+            manifest = {}
+    return {"name": manifest.get("name"), "version": manifest.get("version"), "sha256": sha256}
+
+
 # ------------------------------------------------------------------ detection on the device
 TENSORRT_LIB_DIRS = ("/usr/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu/nvidia", "/usr/local/lib")
 RKNN_LIBS = ("/usr/lib/librknnrt.so", "/usr/lib/aarch64-linux-gnu/librknnrt.so", "/usr/local/lib/librknnrt.so")

@@ -579,6 +579,34 @@ def _shown(value):
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _identity_shown(identity):
+    """A shipped file's identity in words: name, version and the sha256's first 12 digits."""
+    if "unresolved" in identity:
+        return "unreadable (%s)" % identity["unresolved"]
+    words = [str(identity[key]) for key in ("name", "version") if identity.get(key)]
+    return " ".join(words + ["sha256 %s" % str(identity.get("sha256"))[:12]])
+
+
+def _file_changes(what, old, new):
+    """How one file the controller ships (the plan's inputs ``files``: {name, version, sha256}, or
+    {"unresolved": why} where the controller could not read it) differs from the recorded one."""
+    if old == new:
+        return []
+    if new is None:
+        return ["%s no longer shipped" % what]
+    if old is None:
+        return ["%s %s (new)" % (what, _identity_shown(new))]
+    if "unresolved" in old or "unresolved" in new:
+        return ["%s %s -> %s" % (what, _identity_shown(old), _identity_shown(new))]
+    return ["%s %s %s -> %s" % (what, key, str(old.get(key))[:12] if key == "sha256" else old.get(key),
+                                str(new.get(key))[:12] if key == "sha256" else new.get(key))
+            for key in sorted(set(old) | set(new), key=lambda k: (_IDENTITY_ORDER.get(k, 3), k))
+            if old.get(key) != new.get(key)]
+
+
+_IDENTITY_ORDER = {"name": 0, "version": 1, "sha256": 2}
+
+
 def inputs_changes(recorded, planned):
     """What differs between the inputs of the last apply and today's plan, in words."""
     recorded, planned = recorded or {}, planned or {}
@@ -594,6 +622,9 @@ def inputs_changes(recorded, planned):
     old_parts, new_parts = recorded.get("plan") or {}, planned.get("plan") or {}
     changes += ["plan part %s" % part for part in sorted(set(old_parts) | set(new_parts))
                 if old_parts.get(part) != new_parts.get(part)]
+    old_files, new_files = recorded.get("files") or {}, planned.get("files") or {}
+    for what in sorted(set(old_files) | set(new_files)):
+        changes += _file_changes(what, old_files.get(what), new_files.get(what))
     if recorded.get("code") != planned.get("code"):
         changes.append("edgetune's code for this role (its role files or the modules)")
     return changes

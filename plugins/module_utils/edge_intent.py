@@ -1112,8 +1112,8 @@ class _Checker(object):
             src, sha = "edge_runtime_%s_src" % kind, "edge_runtime_%s_sha256" % kind
             if v[src] == artifact.AUTO and not chosen:
                 continue
-            path = chosen[kind] if v[src] == artifact.AUTO else v[src] if os.path.isabs(v[src]) \
-                else os.path.join(v["edge_runtime_artifacts_dir"] or ".", v[src])
+            path = chosen[kind] if v[src] == artifact.AUTO else \
+                artifact.controller_tarball(v[src], v["edge_runtime_artifacts_dir"])
             if not os.path.isfile(path):
                 self.problem(src, "Missing artifact: %s does not exist on the controller. Build the reference "
                                   "artifacts with tools/package-runtime (they go to .cache/artifacts/), or set "
@@ -1192,11 +1192,10 @@ class _Checker(object):
             self.problem(first, "auto picks the build for the device's architecture and glibc, which role edge_facts "
                                 "reads: run it first (site.yml does), or name the tarball")
             return None
-        device = {"soc": self.facts.get("soc"), "l4t": self.facts.get("l4t"), "bsp": self.facts.get("bsp"),
-                  "architecture": self.facts.get("architecture"), "glibc": self.facts.get("glibc")}
         try:
-            server, engine = artifact.default_release(v["edge_runtime_artifacts_dir"] or ".", device,
-                                                      unknown=("python", "tensorrt", "rknn"))
+            server, engine = artifact.default_release(v["edge_runtime_artifacts_dir"] or ".",
+                                                      artifact.release_device(self.facts),
+                                                      unknown=artifact.AUTO_UNKNOWN)
         except artifact.ArtifactError as exc:
             self.problem(first, "auto: %s" % exc)
             return None

@@ -29,7 +29,7 @@ import json
 import os
 
 from ansible_collections.edgetune.fleet.plugins.module_utils import (
-    edge_audit, edge_autotune, edge_boot, edge_code, edge_package)
+    edge_artifact, edge_audit, edge_autotune, edge_boot, edge_code, edge_package)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_llm_bench import resolve_threads
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import compute_threads
@@ -407,11 +407,107 @@ def _desired(part, values):
 HOW_NOT_WHAT = ("edge_runtime_autotune",)
 
 
-def audit_part(intent, plan, role_options, code=None):
+# Where the controller keeps a file is no part of a device's desired state: a fleet applied from one copy
+# of the collection (AWX) is audited from another (a laptop), with the same artifacts elsewhere. The
+# recorded inputs know what the controller ships by what it is, never by where it lies:
+#
+# - a variable that names a place on the controller (CONTROLLER_LOCATIONS, where controller_locations
+#   says it does) is left out of the role's ``variables``;
+# - each file such a variable names enters the role's ``files`` instead (controller_files): a runtime or
+#   engine tarball as its manifest's name and version and its sha256 (edge_artifact.identity), another
+#   file (the node exporter's .deb) as its file name, which names it on the device, and its sha256;
+# - the plan parts hold no controller path (paths in them are the device's); the node exporter part's
+#   ``package_file``, the .deb's place on the controller, is the role's to copy and is no recorded input;
+# - the roles' code enters as its digest, of the collection's relative paths and contents
+#   (plugins/module_utils/edge_code.py): the device package's files likewise.
+#
+# So the same artifact in another directory gives the same inputs, and a byte changed gives other ones,
+# the change named ("runtime artifact sha256 0a1b2c3d4e5f -> ...").
+def _controller_source(intent):
+    return intent.get("edge_runtime_artifact_source", "controller") == "controller"
+
+
+# {variable: whether, in an intent, it names a place on the controller}.
+CONTROLLER_LOCATIONS = {
+    # The directory of the artifacts named by a file name or auto (read for the controller source only).
+    "edge_runtime_artifacts_dir": lambda intent: True,
+    # The runtime's and the engine's tarballs with the controller source: a file name, a path or auto.
+    "edge_runtime_runtime_src": _controller_source,
+    "edge_runtime_engine_src": _controller_source,
+    # The node exporter's package where it is a .deb file on the controller (else a package name).
+    "edge_audit_timer_node_exporter_package":
+        lambda intent: str(intent.get("edge_audit_timer_node_exporter_package") or "").endswith(".deb"),
+}
+ARTIFACT_KINDS = ("runtime", "engine")
+
+
+def controller_locations(intent):
+    """The variables of CONTROLLER_LOCATIONS that name a place on the controller in ``intent``."""
+    return set(name for name, names_a_place in CONTROLLER_LOCATIONS.items() if names_a_place(intent))
+
+
+def controller_files(intent, facts, artifacts=None):
+    """{role: {what: its identity}}: each file a recorded role ships from a place on the controller
+    (CONTROLLER_LOCATIONS), as what it is. ``artifacts``: the runtime's tarballs as the validation
+    resolved and hashed them ([{kind, path, sha256}], an apply), else resolved here the same way (the
+    audit, a role run on its own). A file that cannot be read is {"unresolved": why}."""
+    found = {}
+    if _recorded("edge_runtime", intent) and _controller_source(intent):
+        found["edge_runtime"] = dict(("%s artifact" % kind, item) for kind, item in
+                                     sorted(_artifact_identities(intent, facts, artifacts).items()))
+    exporter = node_exporter_part(intent)
+    if _recorded("edge_audit_timer", intent) and exporter["enabled"] and exporter["package_file"]:
+        found["edge_audit_timer"] = {"node exporter package": _file_identity(exporter["package_file"])}
+    return found
+
+
+def _artifact_identities(intent, facts, artifacts):
+    resolved = dict((item["kind"], item) for item in artifacts or ())
+    if sorted(resolved) != sorted(ARTIFACT_KINDS):
+        try:
+            resolved = dict((kind, {"path": path}) for kind, path in _artifact_paths(intent, facts).items())
+        except edge_artifact.ArtifactError as exc:
+            return dict((kind, {"unresolved": str(exc)}) for kind in ARTIFACT_KINDS)
+    found = {}
+    for kind in ARTIFACT_KINDS:
+        try:
+            found[kind] = edge_artifact.identity(resolved[kind]["path"], kind, resolved[kind].get("sha256"))
+        except OSError as exc:
+            found[kind] = {"unresolved": "%s: %s" % (resolved[kind]["path"], exc.strerror or exc)}
+    return found
+
+
+def _artifact_paths(intent, facts):
+    """{kind: tarball path on the controller}, as the validation finds them (edge_intent's
+    check_controller_artifacts): ``auto`` the release edge_artifact.default_release picks for the device."""
+    directory = intent.get("edge_runtime_artifacts_dir") or "."
+    srcs = dict((kind, str(intent.get("edge_runtime_%s_src" % kind, edge_artifact.AUTO))) for kind in ARTIFACT_KINDS)
+    chosen = {}
+    if edge_artifact.AUTO in srcs.values():
+        if not (facts or {}).get("architecture"):
+            raise edge_artifact.ArtifactError("auto picks the build for the device's architecture, which role "
+                                              "edge_facts reads")
+        server, engine = edge_artifact.default_release(directory, edge_artifact.release_device(facts),
+                                                       unknown=edge_artifact.AUTO_UNKNOWN)
+        chosen = {"runtime": server["path"], "engine": engine["path"]}
+    return dict((kind, chosen[kind] if src == edge_artifact.AUTO else edge_artifact.controller_tarball(src, directory))
+                for kind, src in srcs.items())
+
+
+def _file_identity(path):
+    try:
+        return {"name": os.path.basename(path), "sha256": edge_artifact.cached_sha256_file(path)}
+    except OSError as exc:
+        return {"unresolved": "%s: %s" % (path, exc.strerror or exc)}
+
+
+def audit_part(intent, plan, role_options, code=None, files=None):
     """What each recorded role's desired state is made of, for the drift audit.
 
     Per role: ``enabled``, and ``inputs``: its own variables (typed, defaults
-    filled in) and the sha1 of each plan part it applies. The apply writes
+    filled in; those naming a place on the controller left out), the sha1 of
+    each plan part it applies and ``files``: what it ships from the controller
+    (``files``: controller_files', see CONTROLLER_LOCATIONS). The apply writes
     them with the role's checks to RECORD_DIR/ROLE.json; the audit
     evaluates those checks, and reports the role drifted where today's
     inputs differ from the recorded ones (the inventory or the board changed
@@ -422,13 +518,16 @@ def audit_part(intent, plan, role_options, code=None):
     so that a new edgetune is a change to the roles whose code changed only.
     """
     roles = {}
+    controller = controller_locations(intent)
     for role, parts in sorted(RECORDED_ROLES.items()):
-        names = sorted(n for n in role_options.get(role) or () if n in intent and not n.startswith(HOW_NOT_WHAT))
+        names = sorted(n for n in role_options.get(role) or ()
+                       if n in intent and not n.startswith(HOW_NOT_WHAT) and n not in controller)
         roles[role] = {
             "enabled": _recorded(role, intent),
             "inputs": {
                 "variables": _canonical(dict((n, intent[n]) for n in names)),
                 "plan": dict((part, digest(_canonical(_desired(part, plan[part])))) for part in parts),
+                "files": _canonical((files or {}).get(role) or {}),
                 "code": (code or {}).get(role),
             },
         }
@@ -568,7 +667,8 @@ def build(intent, facts, profile, partition, slice_values=None, role_options=Non
         "package": package_part(intent),
         "reboot": {"policy": intent.get("edge_reboot_policy", "auto")},
     }
-    plan["audit"] = audit_part(intent, plan, role_options or {}, code)
+    plan["audit"] = audit_part(intent, plan, role_options or {}, code,
+                               controller_files(intent, facts, artifacts))
     plan["converge"] = converge_part(plan["audit"], applied, full or intent.get("edge_converge_full", False),
                                      served_artifacts(intent, artifacts))
     return plan
