@@ -56,6 +56,18 @@ def version_text():
     return text
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, its errors in one line (which command, what is wrong, where help is)."""
+
+    def error(self, message):
+        self.exit(USAGE, "%s: error: %s (see %s --help)\n" % (self.prog, message, self.prog))
+
+    def _print_message(self, message, file=None):
+        # argparse's own drops a failed write (help to a full disk would exit 0): let it be said.
+        if message:
+            (file or sys.stderr).write(message)
+
+
 class PrintVersion(argparse.Action):
     """--version printed as one line: argparse's own version action wraps it at the terminal's width."""
 
@@ -77,7 +89,7 @@ def build_parser(argv=None):
     """The parser of `edgetune`. Given argv, only the module of the command it names is imported
     (the others are listed by name and help); without, every command's."""
     chosen = chosen_command(argv) if argv is not None else None
-    parser = argparse.ArgumentParser(prog="edgetune", description=__doc__.splitlines()[0], epilog=EPILOG)
+    parser = Parser(prog="edgetune", description=__doc__.splitlines()[0], epilog=EPILOG)
     parser.add_argument("--version", action=PrintVersion)
     sub = parser.add_subparsers(dest="command", required=True)
     for command, module, help_ in COMMANDS:
@@ -105,14 +117,28 @@ def stdout_lost(exc):
     return USAGE
 
 
+def flushed():
+    """Flush stdout now: a full disk or a closed pipe is said here in one line (then exit 2), not by
+    Python at exit. True when the output was written."""
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        stdout_lost(exc)
+        return False
+    return True
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        parser = build_parser(argv)
-        args = parser.parse_args(argv)
+        try:
+            args = build_parser(argv).parse_args(argv)
+        except SystemExit:  # --help, --version or a usage error: printed already
+            if not flushed():
+                raise SystemExit(USAGE) from None
+            raise
         code = args.func(args)
-        sys.stdout.flush()  # a full disk or closed pipe is said here, not by Python at exit
-        return code
+        return code if flushed() else USAGE
     except UsageError as exc:
         error(exc)
         return USAGE
@@ -120,7 +146,8 @@ def main(argv=None):
         error(str(exc) or "interrupted")
         return INTERRUPTED
     except OSError as exc:
-        if exc.errno in (errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT) or isinstance(exc, BrokenPipeError):
+        # A print that met a full disk or a closed pipe before the final flush.
+        if exc.errno in (errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT):
             return stdout_lost(exc)
         raise
 

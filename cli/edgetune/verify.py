@@ -246,6 +246,8 @@ def cmd_verify(args):
     code = CLEAN
     if checked:
         code = run_checks(args, options, config, inventory, derived, checked)
+    if args.junit:
+        junit_unplanned(args.junit, derived)
     unreachable = any(entry.get("error") == "unreachable" for entry in derived.values())
     say("verify of %s took %.0f s (plan %.0f s)" % (args.limit, time.time() - started, planned))
     if code == USAGE:
@@ -286,6 +288,29 @@ def run_checks(args, options, config, inventory, derived, hosts):
     if done.returncode == 2:
         raise Interrupted("verify interrupted: the checks stopped")
     return {0: CLEAN, 1: FINDINGS}.get(done.returncode, USAGE)
+
+
+def junit_unplanned(path, derived):
+    """The devices whose checks did not run (not planned, unreachable), each an error in the JUnit report
+    beside pytest's suite (or alone, where no check ran), so that CI sees them."""
+    from xml.etree import ElementTree
+    unplanned = sorted(host for host, entry in derived.items() if "error" in entry)
+    if not unplanned:
+        return
+    try:
+        root = ElementTree.parse(path).getroot()
+    except (OSError, ElementTree.ParseError):
+        root = ElementTree.Element("testsuites")
+    if root.tag != "testsuites":
+        wrapper = ElementTree.Element("testsuites")
+        wrapper.append(root)
+        root = wrapper
+    suite = ElementTree.SubElement(root, "testsuite", name="edgetune verify: devices", tests=str(len(unplanned)),
+                                   errors=str(len(unplanned)), failures="0", skipped="0")
+    for host in unplanned:
+        case = ElementTree.SubElement(suite, "testcase", classname="edgetune.verify", name=host)
+        ElementTree.SubElement(case, "error", message="%s: not verified: %s" % (host, derived[host]["error"]))
+    outputs.write_text(path, ElementTree.tostring(root, encoding="unicode"), "--junit")
 
 
 def say(message):

@@ -1,14 +1,16 @@
 """`edgetune` installed from its wheel beside the collection installed by ansible-galaxy, outside any checkout.
 
-The wheel goes into a --target directory; the collection into collections
-paths of its own. The CLI then runs from an empty directory with a Python
-that cannot see this checkout: ``python -S`` skips site-packages and their
-.pth files, so the venv's editable install of tools/ (a .pth file and its
-finder) is not loaded; PYTHONPATH gives the installed wheel first, then the
-venv's site-packages for the dependencies (ansible-core, PyYAML), which hold
-no edgetune. The subprocess checks where edgetune was imported from.
-The wheel holds the product only: no module of the development harness
-(edgetune_dev), whose commands an installed edgetune does not offer.
+The wheel (built from a copy of cli/) goes into a --target directory; the
+collection into collections paths of its own. The CLI then runs from an
+empty directory with a Python that cannot see this checkout: ``python -S``
+skips site-packages and their .pth files, so the venv's editable installs of
+cli/ and tools/ (.pth files and their finders) are not loaded; PYTHONPATH
+gives the installed wheel first, then the venv's site-packages for the
+dependencies (ansible-core, PyYAML), which hold no edgetune. The subprocess
+checks where edgetune was imported from. The wheel holds the product only:
+no module of the development harness (edgetune_dev), whose commands an
+installed edgetune does not offer. A fresh virtualenv with the wheel and its
+dependencies is tests/integration/test_consumer.py's.
 """
 import json
 import os
@@ -52,10 +54,9 @@ def installed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("installed")
     (tmp / "home").mkdir()
     dist = tmp / "dist"
-    # The wheel from a copy of tools/ (a build writes build/ and *.egg-info next to pyproject.toml), the
-    # harness (edgetune_dev) included: pyproject.toml is what must leave it out.
+    # The wheel from a copy of cli/ (a build writes build/ and *.egg-info next to pyproject.toml).
     source = tmp / "src"
-    shutil.copytree(ROOT / "tools", source, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
+    shutil.copytree(ROOT / "cli", source, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
     run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps",
          "--no-build-isolation", "--no-index", "-w", dist, source], env=clean_env(tmp))
     run([BIN / "ansible-galaxy", "collection", "build", "--output-path", dist, "--force", ROOT],
@@ -94,13 +95,18 @@ def test_the_python_sees_the_wheel_not_the_checkout(installed):
     assert checkout == [sysconfig.get_paths()["purelib"]]  # the venv's dependencies; not tools/ nor .cache/
 
 
-def test_version_names_both_versions_and_the_collection_path(installed):
+def core_version():
+    from ansible.release import __version__
+    return __version__
+
+
+def test_version_names_the_cli_ansible_core_and_the_collection_path(installed):
     from edgetune import COLLECTION_VERSION, __version__
     done = edgetune(installed, "--version", collections=[installed / "collections"])
     assert done.returncode == 0, done.stderr
     found = installed / "collections" / "ansible_collections" / "edgetune" / "fleet"
-    assert done.stdout == "edgetune %s, collection edgetune.fleet %s (MANIFEST.json of %s)\n" % (
-        __version__, COLLECTION_VERSION, found)
+    assert done.stdout == "edgetune %s, ansible-core %s, collection edgetune.fleet %s (MANIFEST.json of %s)\n" % (
+        __version__, core_version(), COLLECTION_VERSION, found)
 
 
 def test_the_wheel_holds_the_product_and_no_harness(installed):
@@ -119,6 +125,8 @@ def test_the_wheel_holds_the_product_and_no_harness(installed):
     with zipfile.ZipFile(str(wheel)) as archive:
         requires = [line for line in archive.read(metadata).decode().splitlines() if line.startswith("Requires-Dist")]
     assert not [r for r in requires if "matplotlib" in r] and [r for r in requires if "pytest-testinfra" in r]
+    # Ansible itself (ansible-playbook, ansible-galaxy, ansible.posix) comes with the CLI.
+    assert [r for r in requires if r.startswith("Requires-Dist: ansible") and "<13" in r], requires
     assert not (installed / "site" / "edgetune_dev").exists()
     done = edgetune(installed, "--help", collections=[installed / "collections"])
     choices = re.search(r"\{([a-z,]+)\}", done.stdout).group(1).split(",")
@@ -127,9 +135,9 @@ def test_the_wheel_holds_the_product_and_no_harness(installed):
     assert done.returncode == 2 and "invalid choice: 'twin'" in done.stderr
 
 
-def test_verify_runs_the_installed_checks(installed):
-    """verify --help, and its run reaching pytest with the checks the wheel holds (no checkout): a host that
-    cannot be reached is named, and each check errors on it rather than passing."""
+def test_verify_names_a_device_it_cannot_plan_and_reports_it(installed):
+    """verify --help, and a run with the wheel's playbook (no checkout): a device that cannot be planned is
+    named in one line, not checked, and an error in the JUnit report (exit 1)."""
     done = edgetune(installed, "verify", "--help", collections=[installed / "collections"])
     assert done.returncode == 0 and "--limit" in done.stdout, done.stderr
     work = installed / "verify-work"
@@ -140,16 +148,18 @@ def test_verify_runs_the_installed_checks(installed):
         "ansible_connection": "local", "ansible_python_interpreter": "/nonexistent/python3"}}}}))
     done = edgetune(installed, "verify", "-l", "ghost", "--junit", "v.xml", cwd=work)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "ghost: cannot be verified" in done.stderr, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("edgetune: ghost")]
+    assert len(said) == 1 and said[0].startswith("edgetune: ghost: cannot be verified: "), done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
     report = (work / "v.xml").read_text()
-    assert "bootargs.py::test_args_are_in_the_boot_file_and_running" in done.stdout, done.stdout[-3000:]
-    assert str(ROOT / "tools") not in done.stdout  # the wheel's checks, not the checkout's
-    assert 'tests="20"' in report and 'errors="0"' not in report, report[:500]
+    assert 'name="ghost"' in report and 'errors="1"' in report, report[:500]
 
 
-@pytest.mark.parametrize("command", ["--help", "plan --help", "audit --help", "verify --help"])
-def test_help_works_installed(installed, command):
-    done = edgetune(installed, *command.split(), collections=[installed / "collections"])
+@pytest.mark.parametrize("command", ["--help", "plan --help", "audit --help", "verify --help", "tune runtime --help",
+                                     "pcie show --help", "bpf --help"])
+@pytest.mark.parametrize("where", ["collections", "nowhere"])
+def test_help_works_installed_with_or_without_the_collection(installed, command, where):
+    done = edgetune(installed, *command.split(), collections=[installed / where])
     assert done.returncode == 0 and done.stdout.startswith("usage: edgetune"), done.stderr
     assert done.stderr == ""
 
@@ -180,12 +190,13 @@ def test_what_an_installation_lacks_is_one_line_and_exit_2(installed):
     assert "`edgetune verify` runs the device checks with pytest and pytest-testinfra, which are not installed" \
         in done.stderr, done.stderr
     # Without the collection, a command that needs its code says so (also one line, exit 2).
-    done = edgetune(installed, "bpf", "--help", collections=[installed / "nowhere"])
+    done = edgetune(installed, "bpf", "status", collections=[installed / "nowhere"])
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
-    assert "needs the collection edgetune.fleet, which Ansible does not find" in done.stderr
+    assert "the collection edgetune.fleet is not installed where" in done.stderr
     done = edgetune(installed, "--version", collections=[installed / "nowhere"])
     assert done.returncode == 0 and "collection edgetune.fleet not found (looked in %s" % (
         installed / "nowhere") in done.stdout
+    assert "ansible-galaxy collection install edgetune-fleet-" in done.stdout
 
 
 def test_plan_outside_a_checkout_without_the_collection_says_so(installed):
@@ -223,8 +234,8 @@ def other_version(installed):
 
 def test_version_names_the_collection_ansible_finds_first(installed, other_version):
     from edgetune import COLLECTION_VERSION, __version__
-    expected = "edgetune %s, collection edgetune.fleet 0.1.99 (MANIFEST.json of %s); edgetune %s expects " \
-               "collection %s\n" % (__version__, other_version, __version__, COLLECTION_VERSION)
+    expected = "edgetune %s, ansible-core %s, collection edgetune.fleet 0.1.99 (MANIFEST.json of %s); edgetune %s " \
+               "expects collection %s\n" % (__version__, core_version(), other_version, __version__, COLLECTION_VERSION)
     done = edgetune(installed, "--version", collections=[installed / "collections2", installed / "collections"])
     assert done.stdout == expected, done.stderr
     # The operator's ansible.cfg in the working directory, as Ansible reads it (relative to the file).
@@ -235,13 +246,14 @@ def test_version_names_the_collection_ansible_finds_first(installed, other_versi
     assert done.stdout == expected, done.stderr
     (ops / "ansible.cfg").write_text("[defaults]\ncollections_path = ../collections\n")
     done = edgetune(installed, "--version", cwd=ops)
-    assert done.stdout.startswith("edgetune %s, collection edgetune.fleet %s (MANIFEST.json of %s)\n" % (
-        __version__, COLLECTION_VERSION, installed / "collections" / "ansible_collections" / "edgetune" / "fleet"))
+    assert done.stdout.startswith("edgetune %s, ansible-core %s, collection edgetune.fleet %s (MANIFEST.json of %s)\n"
+                                  % (__version__, core_version(), COLLECTION_VERSION,
+                                     installed / "collections" / "ansible_collections" / "edgetune" / "fleet"))
 
 
 def test_the_listing_imports_no_tool_module_and_gives_each_modules_own_help():
     done = run([sys.executable, "-c", "import json, sys; from edgetune import cli; cli.build_parser([]); "
-                "print(json.dumps([m for m in cli.TOOL_MODULES + ['edgetune_dev.twin.capture'] if m in sys.modules]))"])
+                "print(json.dumps([m for _c, m, _h in cli.COMMANDS if m in sys.modules]))"])
     assert json.loads(done.stdout) == []
     from edgetune import cli
 

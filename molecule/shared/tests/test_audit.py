@@ -2,8 +2,11 @@
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -230,6 +233,51 @@ def test_inventory_changed_since_the_apply_is_drift_naming_the_variable(host):
     assert drifted == {"edge_cgroups applied state"}, drifted
 
 
+@pytest.mark.one_board
+def test_another_copy_of_the_collection_and_its_artifacts_audits_clean_until_an_artifact_byte_differs(host, tmp_path):
+    """Converged from this checkout; audited as another controller would (AWX, a laptop): the collection
+    installed from its tarball in another directory, the artifacts in another directory, another
+    ansible.cfg and HOME. Nothing on the device changed: clean. One byte of the engine differs: drifted,
+    named by the artifact's sha256."""
+    name = host.backend.host
+    project = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
+    tools = Path(sys.executable).parent
+    ops = tmp_path / "laptop"
+    (ops / "home").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "MOLECULE_"))}
+    env.update(HOME=str(ops / "home"), ANSIBLE_CONFIG=str(ops / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    for argv in (["collection", "build", "--output-path", str(tmp_path / "dist"), str(project)],
+                 ["collection", "install", "--offline", "--no-deps", "-p", str(ops / "collections")]):
+        if argv[1] == "install":
+            argv += [str(p) for p in (tmp_path / "dist").glob("*.tar.gz")]
+        done = subprocess.run([str(tools / "ansible-galaxy")] + argv, cwd=str(ops), env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, check=False)
+        assert done.returncode == 0, done.stdout[-2000:]
+    (ops / "ansible.cfg").write_text("[defaults]\ncollections_path = %s\nforce_valid_group_names = ignore\n"
+                                     "[connection]\npipelining = True\n" % (ops / "collections"))
+    artifacts = ops / "artifacts"  # the same bytes, elsewhere (hard links)
+    shutil.copytree(str(project / ".cache" / "artifacts"), str(artifacts), copy_function=os.link)
+
+    def audit_from_the_laptop():
+        done = subprocess.run([str(tools / "edgetune"), "audit", "--json", "-i", os.environ["MOLECULE_INVENTORY_FILE"],
+                               "-l", name, "-e", "edge_runtime_artifacts_dir=%s" % artifacts],
+                              cwd=str(ops), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              check=False)
+        return done.returncode, json.loads(done.stdout)["hosts"][name]
+
+    code, found = audit_from_the_laptop()
+    assert (code, found["status"]) == (0, "ok"), found
+    for engine in artifacts.glob("edgetune-engine-*.tar.gz"):  # one byte differs: a copy, not the link
+        data = bytearray(engine.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        engine.unlink()
+        engine.write_bytes(bytes(data))
+    code, found = audit_from_the_laptop()
+    runtime = {r["setting"]: r for r in found["results"]}["edge_runtime applied state"]
+    assert (code, found["status"], runtime["state"]) == (1, "drifted", "drifted"), found
+    assert "engine artifact sha256" in runtime["detail"], runtime
+
+
 MOVE_TC1_BACK_TO_VC0 = """
 import sys
 sys.path.insert(0, "/usr/local/lib/edgetune/package")
@@ -267,7 +315,7 @@ def test_unreachable_devices_are_reported_with_the_cause_never_clean(host, tmp_p
     finally:
         subprocess.run(["docker", "rm", "-f", stopped], check=False, stdout=subprocess.DEVNULL)
     hosts = json.loads(result.stdout)["hosts"]
-    assert result.returncode == 1
+    assert result.returncode == 3  # unreachable devices: the fleet was not all seen
     assert hosts["ghost-twin-that-does-not-exist"]["status"] == "unreachable"
     assert "Connection refused" in hosts["ghost-twin-that-does-not-exist"]["cause"], hosts
     assert hosts[stopped]["status"] == "unreachable", hosts[stopped]
