@@ -51,7 +51,7 @@ def config_in_effect():
     # The default callback path is a template over ANSIBLE_HOME, which Ansible renders when it starts.
     home = {"ANSIBLE_HOME": manager.get_config_value("ANSIBLE_HOME")}
     return AnsibleConfig(path=path,
-                         collections_paths=list(manager.get_config_value("COLLECTIONS_PATHS") or []),
+                         collections_paths=list(manager.get_config_value("COLLECTIONS_PATHS", variables=home) or []),
                          host_key_checking=bool(manager.get_config_value("HOST_KEY_CHECKING")),
                          callback_paths=list(manager.get_config_value("DEFAULT_CALLBACK_PLUGIN_PATH",
                                                                       variables=home) or []),
