@@ -371,8 +371,8 @@ def test_config_search_follows_ansible(site, clean_ansible_env, tmp_path, monkey
     assert ansible_setup.config_in_effect().path == str(user_config)  # then ~/.ansible.cfg
 
 
-def test_operator_config_without_the_collection_is_one_line_naming_where_ansible_looks(clean_ansible_env, tmp_path,
-                                                                                     monkeypatch):
+def test_a_config_without_the_collection_is_one_line_naming_where_ansible_looks(
+        clean_ansible_env, tmp_path, monkeypatch):
     """No fallback to a checkout: the collection Ansible finds from here, or one line saying how to install it."""
     ops = tmp_path / "ops"
     write(ops / "ansible.cfg", "[defaults]\ncollections_path = ./mine:/opt/ops/collections\n"
