@@ -228,3 +228,14 @@ def test_every_device_command_takes_ansible_playbooks_options_and_passes_them_on
         "--user", "ops", "--connection", "paramiko", "--private-key", "id_ops", "--become-user", "admin",
         "--ask-pass", "--become", "--ask-become-pass", "--ask-vault-pass", "--vault-id", "ops@prompt",
         "--vault-password-file", "pw.txt", "-vv"]
+
+
+@pytest.mark.parametrize("command", [["plan", "--json"], ["audit", "--json"]])
+def test_a_json_report_to_a_full_disk_ends_with_one_line_and_exit_2(site, command):
+    """After Ansible ran (the device unreachable): the report cannot be written, said in the last line."""
+    with open("/dev/full", "w") as full:
+        done = edgetune(site, *command, stdout=full)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1] == \
+        "edgetune: error: the output was not written to standard output: No space left on device"
