@@ -89,8 +89,11 @@ def test_version_without_the_collection_says_how_to_install_it(tmp_path):
     done = edgetune(tmp_path, "--version", env=environment(tmp_path, ANSIBLE_COLLECTIONS_PATH=str(tmp_path)))
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 1, done.stderr
     from ansible.release import __version__ as core
-    assert done.stdout.startswith("edgetune 0.2.0, ansible-core %s, collection edgetune.fleet not found" % core)
-    assert "ansible-galaxy collection install edgetune-fleet-0.2.0.tar.gz" in done.stdout
+
+    from edgetune import COLLECTION_VERSION, __version__
+    assert done.stdout.startswith("edgetune %s, ansible-core %s, collection edgetune.fleet not found"
+                                  % (__version__, core))
+    assert "ansible-galaxy collection install edgetune-fleet-%s.tar.gz" % COLLECTION_VERSION in done.stdout
 
 
 def test_bpf_without_the_collection_says_so_in_one_line(tmp_path):
