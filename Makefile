@@ -29,6 +29,8 @@ help:
 	@echo "            beside them the VM twin's scenario (VM=0 leaves it out)"
 	@echo "make bench  benchmarks (LLM token latency under noise, audit vs --check, eBPF priority)"
 	@echo "make artifacts [ARCH=aarch64]   runtime and engine artifacts, llama-server built per distribution"
+	@echo "make docs   the user guide and the collection reference as HTML (.cache/docs/html), offline"
+	@echo "make dist   the collection tarball and the CLI's wheel in dist/"
 	@echo "make twins-down   remove the demo twins"
 
 # The CLI (cli/, the product) and the harness (tools/, edgetune-dev) editable, with the pinned
@@ -108,7 +110,7 @@ vm-test: vm-image artifacts
 # machine has two. The longest first: the VM scenario, beside it the checks and
 # then the container scenarios, each taken by whichever slot frees first; the
 # short Python 3.8 run last, to fill the slot that frees first at the end.
-TEST_SETUP := engine images artifacts venv38 promtool netqos-host $(if $(filter 0,$(VM)),,vm-image)
+TEST_SETUP := engine images artifacts venv38 promtool netqos-host $(VENV)/.installed-docs $(if $(filter 0,$(VM)),,vm-image)
 TEST_JOBS := $(if $(filter 0,$(VM)),,vm-test) lint unit integration $(addprefix molecule-,$(SCENARIOS)) unit38
 test: $(TEST_SETUP)
 	edgetune-dev jobs 2 "$(addprefix -o ,venv $(TEST_SETUP))" $(TEST_JOBS)
@@ -147,3 +149,35 @@ dist: venv
 	rm -rf cli/build
 	ansible-galaxy collection build --output-path dist --force .
 	python -m pip wheel -q --no-deps --no-build-isolation --no-index -w dist ./cli
+
+# The docs site, HTML in .cache/docs/html, built offline with warnings as errors: the user guide
+# (docs/) and the collection reference, which antsibull-docs generates at each build from the
+# modules', plugins' and roles' own documentation (.cache/docs/src/reference; docs/conf.py says how
+# the two meet). Nothing is fetched: no intersphinx, and links to other collections are plain text.
+# The tools are pinned in requirements-docs.txt, installed into the venv on first use. Sphinx's own
+# incremental build would miss a link that another page's change broke, and would pass a warning a
+# failed run left behind, so any change in the sources is a fresh build; a run that changes nothing
+# (the same sources, mtimes included, as the last build that passed) only regenerates the reference.
+# Warnings name docs/... for the guide's pages (copied to .cache/docs/src to be built).
+DOCS := .cache/docs
+.PHONY: docs
+docs: $(VENV)/.installed-docs
+	mkdir -p $(DOCS)/src/reference
+	chmod 0755 $(DOCS)/src/reference
+	find $(DOCS)/src -mindepth 1 -maxdepth 1 ! -name reference -exec rm -rf {} +
+	cp -a docs/. $(DOCS)/src/
+	antsibull-docs --config-file docs/antsibull-docs.cfg collection --use-current --fail-on-error \
+	    --squash-hierarchy --cleanup everything --dest-dir $(DOCS)/src/reference edgetune.fleet
+	@sources=$$({ find $(DOCS)/src -type f -printf '%P %T@ %s\n' | sort; cat requirements-docs.txt; } | sha256sum); \
+	if [ -f $(DOCS)/html/index.html ] && [ "$$sources" = "$$(cat $(DOCS)/sources.sha256 2>/dev/null)" ]; then \
+	    echo "docs: $(DOCS)/html is up to date"; exit 0; fi; \
+	rm -rf $(DOCS)/html $(DOCS)/sources.sha256; \
+	echo "sphinx-build -b html -c docs -W --keep-going -n -q $(DOCS)/src $(DOCS)/html"; \
+	sphinx-build -b html -c docs -W --keep-going -n -q $(DOCS)/src $(DOCS)/html 2>&1 \
+	    | sed -E 's#[^ :]*$(DOCS)/src/(reference/)#$(DOCS)/src/\1#; s#[^ :]*$(DOCS)/src/#docs/#'; \
+	echo "$$sources" > $(DOCS)/sources.sha256; \
+	echo "docs: $(DOCS)/html/index.html"
+
+$(VENV)/.installed-docs: requirements-docs.txt | venv
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements-docs.txt
+	touch $@

@@ -14,8 +14,8 @@ short_description: The drift audit's checks of the files a role writes
 description:
   - Turns the files a role writes (the text it renders, or a file of the collection it installs) into
     C(file) checks of the audit's schema (plugins/module_utils/edge_audit.py), each with the sha1 of that
-    content. A file whose O(_input[].content) is null is not written in this configuration and has no check.
-version_added: "0.7.0"
+    content. A file whose C(content) is null is not written in this configuration and has no check.
+version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
 positional: _input, role
