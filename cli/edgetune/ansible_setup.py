@@ -163,4 +163,5 @@ def run_json_playbook(playbook, options):
         return json.loads(done.stdout)
     except ValueError:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        raise UsageError("%s did not run: %s" % (target, " | ".join(tail))) from None
+        raise UsageError("%s did not run: %s" % (target, " | ".join(tail) or "ansible-playbook exited %d with no "
+                                                  "output" % done.returncode)) from None
