@@ -6,6 +6,8 @@ SHELL := /bin/bash
 
 VENV    := .venv
 VENV38  := .venv38
+# The release tools (requirements-release.txt: galaxy-importer, antsibull-changelog), a venv of their own.
+RELEASE_VENV := .cache/galaxy-importer-venv
 BIN     := $(CURDIR)/$(VENV)/bin
 FLEET   ?= orin-nx-16gb-r36:1,agx-orin-64gb-r35:1,rock5b-rk3588:1
 # The VM twin's scenario (a real kernel and bootloader under emulation, about
@@ -21,7 +23,7 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help sanity consumer venv venv38 promtool engine images vm-image netqos-host lint unit unit38 molecule vm-test integration test demo twins-down artifacts bench
+.PHONY: help sanity consumer venv venv38 promtool engine images vm-image netqos-host lint unit unit38 molecule vm-test integration test demo twins-down artifacts bench ee
 
 help:
 	@echo "make demo   provision a twin fleet with site.yml (orin-fleet, then rk3588-fleet)"
@@ -110,7 +112,8 @@ vm-test: vm-image artifacts
 # machine has two. The longest first: the VM scenario, beside it the checks and
 # then the container scenarios, each taken by whichever slot frees first; the
 # short Python 3.8 run last, to fill the slot that frees first at the end.
-TEST_SETUP := engine images artifacts venv38 promtool netqos-host $(VENV)/.installed-docs $(if $(filter 0,$(VM)),,vm-image)
+TEST_SETUP := engine images artifacts venv38 promtool netqos-host $(VENV)/.installed-docs $(RELEASE_VENV)/.installed \
+              $(if $(filter 0,$(VM)),,vm-image)
 TEST_JOBS := $(if $(filter 0,$(VM)),,vm-test) lint unit integration $(addprefix molecule-,$(SCENARIOS)) unit38
 test: $(TEST_SETUP)
 	edgetune-dev jobs 2 "$(addprefix -o ,venv $(TEST_SETUP))" $(TEST_JOBS)
@@ -142,6 +145,17 @@ bench: images artifacts
 	edgetune-dev bench audit
 	edgetune-dev bench netqos
 
+# The execution environment of extras/awx, edgetune-ee:<version>, built with ansible-builder and Docker
+# on a local Debian base (debootstrap, with a dnf shim over apt-get; cached by content hash) from the
+# collection tarball and the CLI's wheel built from this checkout, with every other wheel built on this
+# host (the image build reaches no Python index), all under .cache/ee/; then its test (tests/ee, not part
+# of `make test`): site.yml and `edgetune audit` run from the image with ansible-navigator (its own venv,
+# requirements-ee.txt) against a twin reached over SSH on a Docker network of the test's. Cold about
+# 5 minutes beside the twin images and the artifacts, warm (nothing changed) about 2 (the test).
+ee: venv images artifacts
+	edgetune-dev ee build
+	edgetune-dev ee test
+
 # The collection tarball and the CLI's wheel side by side in dist/, built offline with the venv's
 # setuptools and wheel: `ansible-galaxy collection install` the one, `pipx install` the other.
 .PHONY: dist
@@ -149,6 +163,28 @@ dist: venv
 	rm -rf cli/build
 	ansible-galaxy collection build --output-path dist --force .
 	python -m pip wheel -q --no-deps --no-build-isolation --no-index -w dist ./cli
+
+# Galaxy's own checks of the collection tarball (built afresh in .cache/galaxy-import/): galaxy-importer
+# with tests/galaxy-importer.cfg (its ansible-doc and ansible-lint runs, the changelog check; not its
+# ansible-test sanity, which needs a container image from a registry: `make sanity` runs it here).
+# The release tools (requirements-release.txt: galaxy-importer, antsibull-changelog) have a venv of
+# their own; ansible-doc and ansible-lint are .venv's (first on PATH, the same pinned versions, with
+# the ansible.posix that galaxy.yml depends on). Outside the checkout's ansible.cfg, as Galaxy runs it;
+# its log and result (importer_result.json) stay in .cache/galaxy-import/.
+# About 60 CPU-s, most of it ansible-lint (tests/integration/test_galaxy_importer.py runs the same).
+$(RELEASE_VENV)/.installed: requirements-release.txt
+	python3 -m venv $(RELEASE_VENV)
+	$(RELEASE_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-release.txt
+	touch $@
+
+.PHONY: galaxy-import
+galaxy-import: venv $(RELEASE_VENV)/.installed
+	rm -rf .cache/galaxy-import
+	ansible-galaxy collection build --output-path .cache/galaxy-import .
+	cd .cache/galaxy-import && env -u ANSIBLE_CONFIG GALAXY_IMPORTER_CONFIG=$(CURDIR)/tests/galaxy-importer.cfg \
+	    $(CURDIR)/$(RELEASE_VENV)/bin/python -m galaxy_importer.main edgetune-fleet-*.tar.gz 2>&1 | tee import.log
+	@if grep -E '^(ERROR|WARNING)' .cache/galaxy-import/import.log; then \
+	    echo "galaxy-import: the importer reported the lines above" >&2; exit 1; fi
 
 # The docs site, HTML in .cache/docs/html, built offline with warnings as errors: the user guide
 # (docs/) and the collection reference, which antsibull-docs generates at each build from the

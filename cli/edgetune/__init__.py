@@ -8,6 +8,6 @@ collection (edgetune.ansible_setup.module_utils). Importing this package
 changes nothing: no path, no link, no file.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 # The version of the collection edgetune.fleet this edgetune is released with (galaxy.yml's).
 COLLECTION_VERSION = __version__

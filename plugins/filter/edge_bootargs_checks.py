@@ -10,7 +10,7 @@ short_description: The drift audit's check of the kernel boot arguments
 description:
   - Turns the device's plan (its bootargs part) and the role's options into the check role edge_bootargs
     records for the drift audit; the logic is C(audit_checks) in plugins/module_utils/edge_cmdline.py.
-version_added: "0.7.0"
+version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
 positional: _input, options

@@ -10,7 +10,7 @@ short_description: The drift audit's checks of the CPU partitioning
 description:
   - Turns the device's plan (its cpu and boot parts) and the sysctls the role set into the checks role
     edge_cpu records for the drift audit; the logic is plugins/module_utils/edge_cpu_checks.py.
-version_added: "0.6.0"
+version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
 positional: _input, settings, options

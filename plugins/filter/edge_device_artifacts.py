@@ -10,7 +10,7 @@ description:
   - For each artifact (runtime, engine), its path on the device and its sha256, by where the artifacts come
     from; and the artifact cache with its parents, deepest first (a refused deploy removes the ones it
     created). The logic is plugins/module_utils/edge_artifact.py (C(device_paths)).
-version_added: "0.7.0"
+version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
 positional: _input, cache_dir, checked, runtime, engine

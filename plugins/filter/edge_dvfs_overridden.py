@@ -11,7 +11,7 @@ description:
     C(edge_power_jetson_clocks=false)) did not write; a real run writes the values it saved back, and the
     module edge_dvfs then sets its own again. This filter lists the files where the two differ, so that
     check mode reports that change (plugins/module_utils/edge_dvfs.py, C(overridden_by_restore)).
-version_added: "0.7.0"
+version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
 positional: _input, restores

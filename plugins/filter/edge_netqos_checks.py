@@ -10,7 +10,7 @@ short_description: The drift audit's checks of the inference traffic priority
 description:
   - Turns what role edge_netqos applied (its status and the edge_netqos module's result) into the checks
     it records for the drift audit; the logic is C(audit_checks) in plugins/module_utils/edge_netqos_loader.py.
-version_added: "0.7.0"
+version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
 positional: _input, result, options

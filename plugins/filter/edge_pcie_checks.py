@@ -12,7 +12,7 @@ description:
     mapping, both ends of its link, planned on the device by the code edge_pcie_vc maps with) and, where
     the mappings are re-applied at boot, the state file edgetune-boot.service reads; the logic is
     C(audit_checks) of plugins/module_utils/edge_pcie.py.
-version_added: "0.6.0"
+version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
 positional: _input, state_file, state_content

@@ -11,7 +11,7 @@ description:
   - Turns the device's plan (its power part) and the edge_dvfs module's plan on the device into the checks
     role edge_power records for the drift audit; the logic is C(audit_checks) of
     plugins/module_utils/edge_dvfs.py, where the sysfs attribute of each setting is named once.
-version_added: "0.6.0"
+version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
 positional: _input, dvfs_plan, facts, pending_boot

@@ -16,7 +16,7 @@ description:
   - Every check is validated against the audit's declared schema (plugins/module_utils/edge_audit.py,
     C(CHECK_SCHEMA)) first; a malformed one fails the task with one line naming the role and the check, and
     nothing is written.
-version_added: "0.7.0"
+version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
 positional: _input, roles, checks

@@ -11,7 +11,7 @@ description:
   - Turns what role edge_runtime deployed (the release, its artifacts, the unit, what the gates accepted of its
     threads) into the C(runtime) check it records for the drift audit; the logic is C(runtime_release_check) in
     plugins/module_utils/edge_audit.py, which also declares the check's schema.
-version_added: "0.7.0"
+version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
 positional: _input, release, artifacts, service, expect

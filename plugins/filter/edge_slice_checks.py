@@ -12,7 +12,7 @@ description:
     one per cgroup value systemd writes for the slice, at the paths below systemd's own cgroup (from
     C(/proc/1/cgroup)); on cgroup v1 or hybrid, one C(unsupported) check names the cgroup-v2-only settings
     and why. The logic is plugins/module_utils/edge_slice_checks.py.
-version_added: "0.6.0"
+version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
 positional: _input, proc1_cgroup, rt, facts

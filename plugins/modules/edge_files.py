@@ -15,7 +15,7 @@ description:
     audit, the boot-time commands) and the audit records with it.
   - The action plugin of the same name reads O(files[].src) from the collection on the controller;
     the module receives each file's content encoded in base64.
-version_added: "0.6.0"
+version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
 options:

@@ -29,7 +29,7 @@ description:
     (C(/etc/edgetune/autotune.json), which edge_facts reads); a deploy rolled back leaves the record as
     it was. O(state=absent) removes the record: the plan's defaults apply again.
   - Refuses with one message, before anything starts, where the plan gives the runtime no inference CPUs.
-version_added: "0.6.0"
+version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
 options:
