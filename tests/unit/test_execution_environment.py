@@ -2,9 +2,10 @@
 create` on the example definition, with the collection built by `ansible-galaxy
 collection build`, yields a build context that installs every controller-side
 Python import of the collection (plugins/action, filter, lookup, callback and
-the module_utils they import) and of the edgetune CLI (tools/edgetune).
+the module_utils they import) and of the edgetune CLI (cli/edgetune).
 
-No image is built: that needs a base image with Python and pip, pulled or made.
+No image is built here: `make ee` builds it on a local Debian base and runs
+site.yml and `edgetune audit` from it (tools/edgetune_dev/ee, tests/ee).
 """
 import ast
 import importlib.metadata
@@ -35,9 +36,10 @@ NOT_IN_EE = {
     "bcc": "the eBPF loader's, on the devices (and `edgetune bpf` on its own host, through the "
            "system Python); bcc is not on PyPI and a job template does not need it",
     "pyroute2": "only with bcc (the loader, on the devices)",
-    "edgetune_dev": "the development harness of a checkout (twins, VM, benchmarks, packaging), not in the "
-                    "wheel; edgetune.cli adds its commands only where it imports",
 }
+# The development harness of a checkout (twins, VM, benchmarks, packaging): not in the wheel, and the
+# CLI never imports it (test_cli_never_imports_the_harness), so it needs no exclusion here.
+HARNESS = "edgetune_dev"
 
 
 def _norm(name):
@@ -111,7 +113,7 @@ def collection_imports():
 
 def cli_imports():
     """The CLI's wheel: the package edgetune (the harness, edgetune_dev, is not in it)."""
-    return _third_party(sorted((REPO / "tools" / "edgetune").rglob("*.py")))
+    return _third_party(sorted((REPO / "cli" / "edgetune").rglob("*.py")))
 
 
 @pytest.fixture(scope="module")
@@ -192,10 +194,16 @@ def test_context_installs_every_controller_import(context):
 
 
 def test_cli_dependencies_listed():
-    pyproject = (REPO / "tools" / "pyproject.toml").read_text()
+    pyproject = (REPO / "cli" / "pyproject.toml").read_text()
     deps = re.search(r"^dependencies = \[(.*?)\]", pyproject, re.M | re.S).group(1)
     wanted = {_req_name(d) for d in re.findall(r'"([^"]+)"', deps)}
     assert wanted <= _req_names((AWX / "requirements.txt").read_text())
+
+
+def test_cli_never_imports_the_harness():
+    imports = cli_imports()
+    assert "yaml" in imports  # the scan sees the CLI's imports at all
+    assert HARNESS not in imports, imports.get(HARNESS)
 
 
 def test_exclusions_are_current():
@@ -209,3 +217,45 @@ def test_context_carries_collection_and_wheel(context):
     assert "/build/collections/edgetune-fleet-*.tar.gz" in containerfile
     assert "COPY _build/wheels/ /tmp/edgetune-wheels/" in containerfile
     assert 'ARG EE_BASE_IMAGE="localhost/edgetune-ee-base:latest"' in containerfile
+
+
+def test_no_collection_from_galaxy(context):
+    """ansible.posix comes from the ansible package, edgetune.fleet from its tarball: Galaxy is never asked."""
+    assert yaml.safe_load((AWX / "requirements.yml").read_text()) == {"collections": []}
+    assert "ansible" in _req_names((AWX / "requirements.txt").read_text())
+    install = [line for line in context["containerfile"].splitlines() if "/build/collections/edgetune-fleet-" in line]
+    assert install and all("--no-deps" in line for line in install), install
+
+
+def test_cli_wheel_recipes_build_from_a_path():
+    """`pip wheel ... tools` once resolved an unrelated package named tools on the index: every recipe
+    builds the CLI's wheel from a path (./cli, ../../cli), offline."""
+    recipes = [line for path in (REPO / "README.md", AWX / "execution-environment.yml", AWX / "wheels" / "README.md")
+               for line in path.read_text().splitlines() if "pip wheel" in line]
+    assert recipes
+    for line in recipes:
+        text = line.strip().lstrip("#").strip()  # a YAML comment's recipe
+        command = text.split(" #")[0].strip("`").split("`")[0].split()
+        assert "--no-index" in command and command[-1].endswith("/cli"), line
+
+
+def test_every_pip_stage_can_build_offline(context):
+    """With --build-arg PIP_NO_INDEX=1 (make ee) no pip run may need an index: each stage that runs pip
+    declares the ARGs that make wheelhouse/ its find-links before its first pip run, except the builder
+    stage's own `pip install bindep pyyaml packaging` (before its prepend steps), which the base stage
+    has already satisfied."""
+    stages = re.split(r"^FROM ", context["containerfile"], flags=re.M)[1:]
+    own = "RUN $PYCMD -m pip install --no-cache-dir bindep pyyaml packaging"
+    for stage in stages:
+        lines = stage.splitlines()
+        name = lines[0]
+        runs_pip = [i for i, line in enumerate(lines)
+                    if line.startswith("RUN") and re.search(r"pip install|scripts/assemble|install-from-bindep", line)
+                    and not (line == own and "AS builder" in name)]
+        if not runs_pip:
+            continue
+        args = [i for i, line in enumerate(lines) if line.startswith("ARG PIP_FIND_LINKS=/tmp/edgetune-wheelhouse")]
+        assert args and args[0] < runs_pip[0], name
+        assert any(line == "ARG PIP_NO_INDEX" for line in lines[:runs_pip[0]]), name
+        if "AS base" in name:
+            assert own in lines, "the base stage installs the builder stage's own tools"

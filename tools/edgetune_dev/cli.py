@@ -27,6 +27,7 @@ COMMANDS = [  # (command, the modules that add it, its help)
     ("bench", ["edgetune_dev.bench", "edgetune_dev.bench_llm"], "benchmarks (latency of a runtime, ...)"),
     ("runtime", ["edgetune_dev.artifacts"], "the reference inference runtime and its engine"),
     ("vm", ["edgetune_dev.vm.cli"], "the VM twin: real kernel and bootloader under qemu (emulated)"),
+    ("ee", ["edgetune_dev.ee"], "the execution environment (extras/awx): build it, test it (make ee)"),
 ]
 # Commands whose arguments are a module's own main(argv)'s: (command words, module, help).
 PASSED = [
