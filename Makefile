@@ -33,6 +33,7 @@ help:
 	@echo "make artifacts [ARCH=aarch64]   runtime and engine artifacts, llama-server built per distribution"
 	@echo "make docs   the user guide and the collection reference as HTML (.cache/docs/html), offline"
 	@echo "make dist   the collection tarball and the CLI's wheel in dist/"
+	@echo "make ee     the execution environment (ansible-builder), then site.yml and the audit from it"
 	@echo "make twins-down   remove the demo twins"
 
 # The CLI (cli/, the product) and the harness (tools/, edgetune-dev) editable, with the pinned
@@ -150,8 +151,8 @@ bench: images artifacts
 # collection tarball and the CLI's wheel built from this checkout, with every other wheel built on this
 # host (the image build reaches no Python index), all under .cache/ee/; then its test (tests/ee, not part
 # of `make test`): site.yml and `edgetune audit` run from the image with ansible-navigator (its own venv,
-# requirements-ee.txt) against a twin reached over SSH on a Docker network of the test's. Cold about
-# 5 minutes beside the twin images and the artifacts, warm (nothing changed) about 2 (the test).
+# requirements-ee.txt) against a twin reached over SSH on a Docker network of the test's. With the twin
+# images and the artifacts there: cold about 7 minutes on 2 CPUs, warm (nothing changed) about 2 (the test).
 ee: venv images artifacts
 	edgetune-dev ee build
 	edgetune-dev ee test

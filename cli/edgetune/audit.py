@@ -12,6 +12,7 @@ Exit codes: 0 every device ok or pending-reboot, 1 a device drifted or in error,
 environment, 3 a device unreachable, 130 interrupted.
 """
 import collections
+import contextlib
 import datetime
 import getpass
 import json
@@ -222,6 +223,19 @@ def prepare(options):
     return config, options.playbook_argv(ansible_setup.ansible_playbook(), playbook), playbook_env
 
 
+@contextlib.contextmanager
+def no_outer_runner_callback():
+    """Run inside ansible-runner (AWX, `ansible-navigator exec`), edgetune inherits that runner's stdout
+    callback (awx_display), which its own runner would load beside its own and fail ("has no attribute
+    'CallbackModule'"): this run's runner sets its own, so the inherited one is left out meanwhile."""
+    inherited = os.environ.pop("ANSIBLE_STDOUT_CALLBACK", None)
+    try:
+        yield
+    finally:
+        if inherited is not None:
+            os.environ["ANSIBLE_STDOUT_CALLBACK"] = inherited
+
+
 def run_audit(options, on_device=None, on_output=None, say=None):
     """Run the audit playbook; returns {host: entry} (see AuditEvents). ``options``:
     edgetune.ansible_options.Options."""
@@ -231,7 +245,8 @@ def run_audit(options, on_device=None, on_output=None, say=None):
         say("audit with %s: %s" % (config.describe(), shlex.join(argv)))
     events = AuditEvents(on_device, on_output)
     passwords = prompt_answers(options)  # asked before Ctrl-C is taken over below
-    with Interruption() as interruption, tempfile.TemporaryDirectory(prefix="edgetune-audit-") as private_dir:
+    with Interruption() as interruption, tempfile.TemporaryDirectory(prefix="edgetune-audit-") as private_dir, \
+            no_outer_runner_callback():
         runner = ansible_runner.run(
             private_data_dir=private_dir, project_dir=os.getcwd(),  # the child runs where we run
             binary=argv[0], cmdline=shlex.join(argv[1:]),

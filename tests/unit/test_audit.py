@@ -485,3 +485,16 @@ def test_ansible_refusing_to_start_is_one_line_with_its_reason(site, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("edgetune: error: ansible-playbook stopped before any device: ")
     assert "no hosts to target" in err[-1] and not any(line.startswith("Traceback") for line in err)
+
+
+def test_an_audit_run_inside_ansible_runner_ignores_the_outer_runners_callback(site, monkeypatch):
+    """AWX and `ansible-navigator exec` run edgetune inside ansible-runner, whose stdout callback
+    (awx_display, with its plugin directory) the environment carries: the audit's own runner sets its own."""
+    import ansible_runner
+    outer = Path(ansible_runner.__file__).parent / "display_callback" / "callback"
+    monkeypatch.setenv("ANSIBLE_STDOUT_CALLBACK", "awx_display")
+    monkeypatch.setenv("ANSIBLE_CALLBACK_PLUGINS", str(outer))
+    hosts = audit.run_audit(ansible_options.Options(inventory=["hosts.yml"], limit="fast-ok",
+                                                    extra_vars=["fleet_token=t"]))
+    assert hosts["fast-ok"]["status"] == "ok", hosts
+    assert os.environ["ANSIBLE_STDOUT_CALLBACK"] == "awx_display"  # the caller's environment as it was
