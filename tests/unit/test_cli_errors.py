@@ -206,9 +206,11 @@ def test_ctrl_c_exits_130_in_every_device_command(site, tmp_path, command):
     slow = tmp_path / "ansible-playbook"
     slow.write_text("#!/bin/sh\ntouch %s\nexec sleep 60\n" % started_file)
     slow.chmod(0o755)
+    # As from a terminal: SIGINT not ignored (a shell's background job, as CI's, inherits it ignored).
     run = subprocess.Popen([sys.executable, "-c", CTRL_C_RUNNER, str(slow)] + list(command), cwd=str(site),
                            env=environment(site), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           universal_newlines=True)
+                           universal_newlines=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not started_file.exists() and run.poll() is None:
         time.sleep(0.05)
