@@ -1,6 +1,7 @@
 """`edgetune plan`: the plans read from the preflight's JSON report, printed for people and machines."""
 import json
 
+import pytest
 from test_edge_plan import plan_for
 
 from edgetune import plan as plan_cli
@@ -33,6 +34,7 @@ def test_the_description_shows_each_part():
     assert "4 threads (cpu backend), SCHED_OTHER in ai-infer.slice" in text
 
 
+@pytest.mark.controller  # the command reads the ansible.cfg in effect: ansible-core, the controller's
 def test_exit_code_and_json(monkeypatch, capsys):
     good = plan_for("agx-r35")
     monkeypatch.setattr(plan_cli, "run_json_playbook", lambda *a, **k: report(

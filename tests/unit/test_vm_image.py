@@ -12,6 +12,8 @@ PROBE = ("import json; from edgetune_dev.vm import image, runner; "
 
 def paths(**env):
     base = dict((k, v) for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "EDGETUNE_VM_CACHE"))
+    # The harness (tools/, the working directory) and the CLI it uses (cli/), installed or not.
+    base["PYTHONPATH"] = os.pathsep.join([str(REPO / "cli")] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     out = subprocess.run([sys.executable, "-c", PROBE], env=dict(base, **env), cwd=str(REPO / "tools"),
                          stdout=subprocess.PIPE, check=True, universal_newlines=True).stdout
     return json.loads(out)
