@@ -647,7 +647,9 @@ def report(stages, candidates, options, host, stock_failed=None):
             "ttft_noisy_untuned_vs_noisy_tuned": _ratio(rows[UNTUNED]["ttft"]["p99_ms"],
                                                         rows[default]["ttft"]["p99_ms"]),
         }
-    return {"format": 1, "host": host, "backend": options.backend, "server": options.server,
+    return {"format": 1, "bench": "llm-host", "host": host,
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "commit": getattr(options, "commit", None), "backend": options.backend, "server": options.server,
             "model": os.path.basename(options.model), "rounds": options.rounds,
             "generations_per_stage": options.generations, "max_tokens": options.max_tokens,
             "client": getattr(options, "client", "housekeeping"),
@@ -743,6 +745,8 @@ def add_arguments(parser):
                              "server it measures (an application in its slice, competing with its threads)")
     parser.add_argument("--affinity-only", action="store_true", help="no cgroups: CPU affinity only")
     parser.add_argument("--out", default="reports", help="directory for bench-llm-host.json (and .png)")
+    parser.add_argument("--commit", help="the commit of edgetune measured, recorded with the results (the harness "
+                                         "passes its checkout's)")
 
 
 def check_options(options):
