@@ -188,7 +188,8 @@ galaxy-import: venv $(RELEASE_VENV)/.installed
 	    echo "galaxy-import: the importer reported the lines above" >&2; exit 1; fi
 
 # The docs site, HTML in .cache/docs/html, built offline with warnings as errors: the user guide
-# (docs/) and the collection reference, which antsibull-docs generates at each build from the
+# (docs/), the benchmark pages generated from the raw results in docs/benchmarks/results
+# (edgetune-dev bench pages), and the collection reference, which antsibull-docs generates at each build from the
 # modules', plugins' and roles' own documentation (.cache/docs/src/reference; docs/conf.py says how
 # the two meet). Nothing is fetched: no intersphinx, and links to other collections are plain text.
 # The tools are pinned in requirements-docs.txt, installed into the venv on first use. Sphinx's own
@@ -203,6 +204,7 @@ docs: $(VENV)/.installed-docs
 	chmod 0755 $(DOCS)/src/reference
 	find $(DOCS)/src -mindepth 1 -maxdepth 1 ! -name reference -exec rm -rf {} +
 	cp -a docs/. $(DOCS)/src/
+	edgetune-dev bench pages docs/benchmarks/results $(DOCS)/src/benchmarks
 	antsibull-docs --config-file docs/antsibull-docs.cfg collection --use-current --fail-on-error \
 	    --squash-hierarchy --cleanup everything --dest-dir $(DOCS)/src/reference edgetune.fleet
 	@sources=$$({ find $(DOCS)/src -type f -printf '%P %T@ %s\n' | sort; cat requirements-docs.txt; } | sha256sum); \

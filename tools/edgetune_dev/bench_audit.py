@@ -44,6 +44,7 @@ from edgetune import ansible_setup
 from edgetune.ansible_options import Options
 from edgetune.audit import run_audit
 from edgetune_dev import CHECKOUT as PROJECT
+from edgetune_dev import bench_pages
 from edgetune_dev.twin import manager
 
 PLAYBOOK = "audit"
@@ -306,7 +307,10 @@ def main(argv=None):
     parser.add_argument("--real", type=int, default=100, metavar="N",
                         help="then audit N real twins made for it (60%% orin-nx, 40%% rock5b; 0: none)")
     parser.add_argument("--keep-real", action="store_true", help="leave the real twins running after")
+    parser.add_argument("--out", metavar="FILE", help="also write the raw result (JSON, with host, date and commit) "
+                                                      "for the docs' benchmark pages")
     args = parser.parse_args(argv)
+    result = dict(bench_pages.stamp("audit"), rounds=args.rounds)
     os.chdir(str(PROJECT))  # the audit, like ansible-playbook, reads the ansible.cfg of where it runs
     twins = sorted(twin["name"] for twin in manager.twins(fleet_only=True, inventory_dir=TWIN_INVENTORY))
     if not twins:
@@ -316,12 +320,14 @@ def main(argv=None):
                                       say=lambda text: print(text, file=sys.stderr))
     print(table(rows, agreement))
     print()
+    result["fleet_sizes"] = [dict(row, same_findings=agreement[row["size"]]) for row in rows]
     if args.real > 0:
-        print(real_table(run_real(args.real, TWIN_INVENTORY, args.keep_real,
-                                                          say=lambda text: print(text, file=sys.stderr))))
+        result["real"] = run_real(args.real, TWIN_INVENTORY, args.keep_real,
+                                  say=lambda text: print(text, file=sys.stderr))
+        print(real_table(result["real"]))
         print()
-    print(converge_table(converge_rows(
-        TWIN_INVENTORY, args.rounds, say=lambda text: print(text, file=sys.stderr))))
+    result["converge"] = converge_rows(TWIN_INVENTORY, args.rounds, say=lambda text: print(text, file=sys.stderr))
+    print(converge_table(result["converge"]))
     print()
     inject_drift()
     audit_times, check_times = [], []
@@ -340,5 +346,9 @@ def main(argv=None):
     print("same findings: %s" % ("yes" if same else "NO"))
     print("edgetune audit: best %.1f s, site.yml --check: best %.1f s, ratio %.1fx (%d rounds, %d hosts)"
           % (best_audit, best_check, best_check / best_audit, args.rounds, len(hosts)))
+    result["check"] = {"hosts": len(hosts), "same_findings": same, "audit_best_s": best_audit,
+                       "check_best_s": best_check}
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     subprocess.run(["ansible-playbook", "site.yml"], cwd=str(PROJECT), stdout=subprocess.DEVNULL, check=False)
     return 0 if same and all(agreement.values()) else 1

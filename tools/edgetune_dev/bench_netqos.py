@@ -11,9 +11,11 @@ port and waits for the echo, --count times per phase. Phases alternate
 is the same HTB tree with the classifier's filter removed, so every packet
 takes the default class. Prints P50/P99 per mode and their ratio.
 
-Run as root with the system Python (bcc, pyroute2), after tools/setup-netqos-host:
-    /usr/bin/python3 tools/edgetune_dev/bench_netqos.py [--rate 20mbit] [--rounds 3] [--json]
-Traffic stays inside the namespaces this script makes and removes.
+Run as root after `edgetune-dev netqos-host` (bcc, pyroute2, kernel headers):
+    edgetune-dev bench netqos [--rate 20mbit] [--rounds 3] [--json]
+which runs this module with the system Python (bcc is Debian's, not the venv's). The loader is
+the collection's edge_netqos_loader, run as the role's edgetune-netqos command runs it. Traffic
+stays inside the namespaces this script makes and removes.
 """
 import argparse
 import json
@@ -23,8 +25,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "edgetune"))
-import bpf  # noqa: E402  (the loader: tools/edgetune/bpf.py)
+from edgetune_dev import bench_pages  # (edgetune_dev also puts the checkout's collection on the import path)
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_netqos_loader as netqos
 
 A_ADDR, B_ADDR = "10.78.0.1", "10.78.0.2"
 INFER_PORT, BULK_PORT = 8000, 5001
@@ -146,14 +148,14 @@ class Bench(object):
         return proc
 
     def loader(self, *argv):
-        return sh(*(self.nsenter(self.ns_a) + [PYTHON, bpf.__file__] + list(argv)))
+        return sh(*(self.nsenter(self.ns_a) + netqos.command(PYTHON, netqos.collections_root()) + list(argv)))
 
     def apply(self):
         self.loader("apply", "-i", self.a, "--rate", self.args.rate, "--high-rate", self.args.high_rate,
                     "--ports", str(INFER_PORT))
 
     def without_classifier(self):
-        sh(*(self.nsenter(self.ns_a) + ["tc", "filter", "del", "dev", self.a, "egress", "pref", bpf.FILTER_PREF]))
+        sh(*(self.nsenter(self.ns_a) + ["tc", "filter", "del", "dev", self.a, "egress", "pref", netqos.FILTER_PREF]))
 
     def class_bytes(self):
         out = json.loads(self.loader("status", "-i", self.a, "--json"))["interfaces"][0]
@@ -216,6 +218,8 @@ def main(argv=None):
     parser.add_argument("--flows", type=int, default=1, help="bulk TCP flows (default %(default)s)")
     parser.add_argument("--keep-gso", action="store_true", help="leave GSO/TSO on the veth pair")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--out", metavar="FILE", help="also write the raw result (JSON, with host, date and commit) "
+                                                      "for the docs' benchmark pages")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("bench_netqos: run as root (network namespaces, tc, eBPF)")
@@ -234,8 +238,13 @@ def main(argv=None):
                          "samples": len(results[mode])}
     summary["ratio_p50"] = summary["without"]["p50_ms"] / summary["with"]["p50_ms"]
     summary["ratio_p99"] = summary["without"]["p99_ms"] / summary["with"]["p99_ms"]
+    settings = {key: value for key, value in vars(args).items() if key not in ("json", "out")}
+    result = dict(bench_pages.stamp("netqos-echo"), settings=settings, summary=summary, phases=phases)
+    if args.out:
+        with open(args.out, "w") as handle:
+            json.dump(result, handle, indent=1)
     if args.json:
-        print(json.dumps({"settings": vars(args), "summary": summary, "phases": phases}, indent=2))
+        print(json.dumps(result, indent=2))
         return 0
     print("%-20s %12s %12s" % ("", "P50 (ms)", "P99 (ms)"))
     print("%-20s %12.2f %12.2f" % ("without classifier", summary["without"]["p50_ms"], summary["without"]["p99_ms"]))

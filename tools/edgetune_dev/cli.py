@@ -37,6 +37,8 @@ PASSED = [
      "token latency of the deployed LLM quiet, under noise untuned and tuned"),
     (("bench", "netqos"), "edgetune_dev.bench_netqos", "the eBPF classifier's priority under bulk traffic "
                                                         "(runs with the system Python, which has bcc)"),
+    (("bench", "pages"), "edgetune_dev.bench_pages",
+     "the docs' benchmark pages from the committed raw results (make docs)"),
     (("role-readme",), "edgetune_dev.role_readme", "render (or --check) every role's README.md"),
 ]
 # The checkout's scripts (scripts/, run in the checkout with the arguments given): (command, file, help).

@@ -1,0 +1,270 @@
+"""`edgetune-dev bench pages RESULTS DEST`: the docs' benchmark pages, generated from raw results.
+
+Every benchmark that backs a default writes its raw result as JSON (`--out`); the files committed
+under docs/benchmarks/results/ are the only source of the numbers in the docs. `make docs` runs this
+at each build and writes one Markdown page per benchmark kind into the build's source tree, each
+table headed by the host, the date and the commit it measured. A result file that does not say all
+three is refused: a number nobody can trace is not published.
+
+Kinds (the "bench" key of a result): llm-host (edge_llm_bench: token latency under CPU noise),
+audit (bench_audit: the audit's and a no-change converge's controller cost), netqos-echo
+(bench_netqos: request/response latency under bulk traffic, with and without the classifier).
+"""
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from edgetune_dev import CHECKOUT
+
+from edgetune.errors import UsageError
+
+PAGES = {
+    "llm-host": ("llm", "Token latency under CPU noise"),
+    "audit": ("audit", "The audit's and the converge's cost"),
+    "netqos-echo": ("network", "Network priority under bulk traffic"),
+}
+REQUIRED = ("bench", "host", "measured_at", "commit")
+
+
+def checkout_commit():
+    """The checkout's commit, with "-dirty" when tracked files differ from it (then say what changed)."""
+    def git(*argv):
+        return subprocess.run(["git", "-C", str(CHECKOUT)] + list(argv), stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, universal_newlines=True, check=False)
+    head = git("rev-parse", "HEAD")
+    if head.returncode != 0:
+        return "unknown"
+    dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    return head.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def stamp(kind):
+    """What every raw result starts with: its kind, the host, when and which commit."""
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"bench": kind, "host": {"hostname": socket.gethostname(), "cpu_model": model,
+                                    "cpu_count": os.cpu_count(), "kernel": platform.release(),
+                                    "machine": platform.machine()},
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": checkout_commit()}
+
+
+def load(results_dir):
+    """{kind: [result, ...]} from the JSON files under results_dir, oldest first."""
+    found = {kind: [] for kind in PAGES}
+    for path in sorted(Path(results_dir).glob("*.json")):
+        try:
+            result = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise UsageError("%s: not a readable JSON result: %s" % (path, exc)) from None
+        missing = [key for key in REQUIRED if not (isinstance(result, dict) and result.get(key))]
+        if missing:
+            raise UsageError("%s: a result must name %s; it lacks %s" % (path, ", ".join(REQUIRED), ", ".join(missing)))
+        if result["bench"] not in PAGES:
+            raise UsageError("%s: bench %r is not one of %s" % (path, result["bench"], ", ".join(PAGES)))
+        result["_file"] = path.name
+        found[result["bench"]].append(result)
+    for results in found.values():
+        results.sort(key=lambda r: r["measured_at"])
+    return found
+
+
+def _ms(value):
+    if not isinstance(value, (int, float)):
+        return "-"
+    return "%.2f" % value if value < 10 else "%.1f" % value
+
+
+def _host_name(host):
+    return host["hostname"] if isinstance(host, dict) else str(host)
+
+
+def provenance(result):
+    """The line above each table: where, when and what was measured, and its raw file."""
+    host = result["host"]
+    if isinstance(host, dict):
+        what = "%s, %s CPUs" % (host.get("cpu_model") or host.get("machine", "?"),
+                                host.get("cpu_count") or _cpu_count(host.get("cpus", "")))
+        if host.get("kernel"):
+            what += ", kernel %s" % host["kernel"]
+        if host.get("gpus"):
+            what += ", %s" % host["gpus"].splitlines()[0]
+    else:
+        what = ""
+    return "Host **%s**%s; measured %s at commit `%s`; raw results: `results/%s`." % (
+        _host_name(host), " (%s)" % what if what else "", result["measured_at"], _short_commit(result["commit"]),
+        result["_file"])
+
+
+def _short_commit(commit):
+    commit = str(commit)
+    return commit[:12] + ("-dirty" if commit.endswith("-dirty") else "")
+
+
+def _cpu_count(cpulist):
+    count = 0
+    for part in str(cpulist).split(","):
+        if "-" in part:
+            low, high = part.split("-", 1)
+            count += int(high) - int(low) + 1
+        elif part.strip():
+            count += 1
+    return count
+
+
+def _table(head, rows):
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return lines
+
+
+# ------------------------------------------------------------------ llm-host
+def llm_section(result):
+    lines = [provenance(result), "",
+             "%s, backend %s; inference CPUs %s, housekeeping CPUs %s; %d alternated rounds, %d generations of "
+             "%d tokens per stage; the measuring client %s. Times in ms." % (
+                 result["model"], result["backend"], result["host"].get("inference_cpus"),
+                 result["host"].get("housekeeping_cpus"), result["rounds"], result["generations_per_stage"],
+                 result["max_tokens"], "on the housekeeping CPUs at SCHED_FIFO 1" if result.get("client") ==
+                 "housekeeping" else "with the server's placement and scheduling")]
+    head = ("stage", "TTFT P99", "inter-token P50", "P99", "max", "tokens/s")
+
+    def row(label, summary):
+        return (label, _ms(summary["ttft"]["p99_ms"]), _ms(summary["inter_token"]["p50_ms"]),
+                _ms(summary["inter_token"]["p99_ms"]), _ms(summary["inter_token"]["max_ms"]),
+                _ms(summary["tokens_per_s"]))
+
+    for kind, block in result["noises"].items():
+        rows = [row("quiet, %s" % block["default"], result["quiet"]),
+                row("noisy, untuned (any CPU, SCHED_OTHER)", block["rows"]["noisy untuned"])]
+        stock = block["rows"].get("noisy untuned, llama.cpp's threads")
+        if block.get("untuned_stock_failed"):
+            rows.append(("noisy, untuned with llama.cpp's own thread count",
+                         "did not finish: %s" % block["untuned_stock_failed"], "", "", "", ""))
+        elif stock:
+            rows.append(row("noisy, untuned with llama.cpp's own thread count", stock))
+        for name in block["ranking"]:
+            label = "noisy, %s%s%s" % (name, " (default)" if name == block["default"] else "",
+                                       " (best)" if name == block["best"] else "")
+            rows.append(row("**%s**" % label if name == block["default"] else label, block["rows"][name]))
+        lines += ["", "Noise %s: %s." % (kind, block["noise"]), ""] + _table(head, rows)
+        lines += ["", "Inter-token P99: noisy default / quiet %sx; noisy untuned / noisy default %sx; "
+                      "the default / the best candidate %sx." % (
+                          block["noisy_tuned_vs_quiet"], block["noisy_untuned_vs_noisy_tuned"],
+                          block["default_vs_best"])]
+    settings = ["`%s`: %s" % (c["name"], ", ".join("%s=%s" % kv for kv in sorted(c.items()) if kv[0] != "name"))
+                for c in result["candidates"]]
+    lines += ["", "Candidates (the first is the runtime's default): " + "; ".join(settings) + "."]
+    return lines
+
+
+# ------------------------------------------------------------------ audit
+def audit_section(result):
+    lines = [provenance(result), "",
+             "The audit (`playbooks/audit.yml`: facts, the plan, one `edge_audit` call per device) of the twins "
+             "`make demo` converged, and of inventory aliases of them for larger fleets (the controller's work "
+             "per device is the same; the devices' is shared). Module executions are the most of any device; "
+             "controller CPU is `ansible-playbook` and its workers.", ""]
+    lines += _table(("devices", "module executions", "controller CPU-s per device", "wall s", "same findings"),
+                    [(r["size"], r["executions"], "%.2f" % r["cpu_per_device"], "%.1f" % r["wall"],
+                      "yes" if r["same_findings"] else "no") for r in result["fleet_sizes"]])
+    if result.get("real"):
+        r = result["real"]
+        lines += ["", "The audit of %d twins made for the run (60%% Orin NX, 40%% RK3588, never tuned), with "
+                      "ansible.cfg's forks: %d module executions per device, %.2f controller CPU-s per device, "
+                      "%.1f s wall, %d audited." % (r["size"], r["executions"], r["cpu_per_device"], r["wall"],
+                                                     r["audited"])]
+    lines += ["", "A `site.yml` that changes nothing on the same converged twins: the converge path (a role whose "
+                  "last apply is current and holds is skipped) beside the full path (`edge_converge_full`), best "
+                  "of %d alternated rounds." % result["rounds"], ""]
+    lines += _table(("site.yml path", "devices", "module executions", "controller CPU-s per device", "wall s",
+                     "changed tasks"),
+                    [(r["path"], r["devices"], r["executions"], "%.2f" % r["cpu_per_device"], "%.1f" % r["wall"],
+                      r["changed"]) for r in result["converge"]])
+    check = result.get("check")
+    if check:
+        lines += ["", "With one boot argument removed on every twin, `edgetune audit` and `site.yml --check` "
+                      "found %s drifted roles on %d hosts; best of %d rounds: the audit %.1f s, `--check` %.1f s "
+                      "(%.1fx)." % ("the same" if check["same_findings"] else "DIFFERENT", check["hosts"],
+                                    result["rounds"], check["audit_best_s"], check["check_best_s"],
+                                    check["check_best_s"] / check["audit_best_s"])]
+    return lines
+
+
+# ------------------------------------------------------------------ netqos-echo
+def netqos_section(result):
+    s = result["settings"]
+    lines = [provenance(result), "",
+             "A veth pair between two network namespaces, the sender's egress shaped by the role's HTB tree at "
+             "%s (inference class rate %s); %d bulk TCP flow(s) fill it; GSO %s. A probe sends %d B to the "
+             "inference port and waits for the echo, %d times per phase; phases without and with the classifier "
+             "alternate over %d rounds. Times in ms." % (
+                 s["rate"], s["high_rate"], s["flows"], "on" if s["keep_gso"] else "off", s["size"], s["count"],
+                 s["rounds"]), ""]
+    summary = result["summary"]
+    lines += _table(("", "P50", "P99", "samples"),
+                    [("without the classifier", _ms(summary["without"]["p50_ms"]), _ms(summary["without"]["p99_ms"]),
+                      summary["without"]["samples"]),
+                     ("with the classifier", _ms(summary["with"]["p50_ms"]), _ms(summary["with"]["p99_ms"]),
+                      summary["with"]["samples"])])
+    lines += ["", "Per phase:", ""]
+    lines += _table(("round", "mode", "P50", "P99", "default class Mbit/s", "link Mbit/s"),
+                    [(i // 2 + 1, p["mode"], _ms(p["p50_ms"]), _ms(p["p99_ms"]), "%.1f" % p["bulk_mbit"],
+                      "%.1f" % p["link_mbit"]) for i, p in enumerate(result["phases"])])
+    return lines
+
+
+SECTIONS = {"llm-host": llm_section, "audit": audit_section, "netqos-echo": netqos_section}
+INTROS = {
+    "llm-host": "`edgetune-dev bench llm --host` (root, on the host measured): llama-server quiet, under noise "
+                "untuned, and with each candidate runtime setting under the same noise, side by side in "
+                "alternated rounds. The runtime's defaults are the candidate that this benchmark ranks best.",
+    "audit": "`edgetune-dev bench audit --out FILE` on the twins `make demo` converged.",
+    "netqos-echo": "`edgetune-dev bench netqos --out FILE` (root, after `edgetune-dev netqos-host`), in network "
+                   "namespaces the bench makes and removes.",
+}
+
+
+def render(results):
+    """{file name: Markdown} for every page, from load()'s results."""
+    pages = {}
+    for kind, (name, title) in PAGES.items():
+        lines = ["# " + title, "", INTROS[kind], ""]
+        if not results[kind]:
+            lines.append("No result of this benchmark is committed yet.")
+        for result in reversed(results[kind]):  # the newest first
+            lines += ["## %s, %s" % (result["measured_at"][:10], _host_name(result["host"])), ""]
+            lines += SECTIONS[kind](result) + [""]
+        pages[name + ".md"] = "\n".join(lines).rstrip() + "\n"
+    return pages
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="edgetune-dev bench pages", description=__doc__.splitlines()[0])
+    parser.add_argument("results", help="the directory of raw result files (docs/benchmarks/results)")
+    parser.add_argument("dest", help="where the pages are written (the docs build's benchmarks/)")
+    args = parser.parse_args(argv)
+    try:
+        pages = render(load(args.results))
+    except UsageError as exc:
+        print("edgetune-dev bench pages: error: %s" % exc, file=sys.stderr)
+        return 2
+    dest = Path(args.dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name, text in pages.items():
+        (dest / name).write_text(text)
+    print("bench pages: %s" % ", ".join(str(dest / name) for name in sorted(pages)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
