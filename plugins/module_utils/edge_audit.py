@@ -630,6 +630,30 @@ def inputs_changes(recorded, planned):
     return changes
 
 
+def _inputs_result(role, recorded, planned):
+    """The role's applied state from its recorded and planned inputs. A file the controller ships but
+    cannot read here (an audit from a controller without the runtime's artifacts) leaves the role
+    unjudged, an error naming the file, unless something else already shows it drifted."""
+    files = planned.get("files") or {}
+    unjudged = sorted(what for what, identity in files.items()
+                      if isinstance(identity, dict) and "unresolved" in identity)
+    if unjudged:
+        recorded = dict(recorded or {}, files=dict((what, identity) for what, identity in
+                                                   ((recorded or {}).get("files") or {}).items()
+                                                   if what not in unjudged))
+        planned = dict(planned, files=dict((what, identity) for what, identity in files.items()
+                                           if what not in unjudged))
+    changes = inputs_changes(recorded, planned)
+    if changes:
+        return _applied_result(role, "drifted", "the desired state changed since the last apply (run site.yml): "
+                               + "; ".join(changes))
+    if unjudged:
+        return _applied_result(role, "error", "cannot judge it from this controller: %s (audit from a controller "
+                               "that has the files the apply shipped)" % "; ".join(
+                                   "%s %s" % (what, _identity_shown(files[what])) for what in unjudged))
+    return _applied_result(role, "ok", "")
+
+
 def _applied_result(role, state, detail):
     return {"setting": "%s applied state" % role, "role": role, "state": state, "detail": detail,
             "desired": None, "persisted": None, "running": None}
@@ -685,12 +709,7 @@ def judge_records(evaluated, record_dir=RECORD_DIR, expected=None):
             results.append(_applied_result(role, "error", found["error"]))
             continue
         if "inputs" in want:
-            changes = inputs_changes(found.get("inputs"), want["inputs"])
-            if changes:
-                results.append(_applied_result(role, "drifted", "the desired state changed since the last apply "
-                                               "(run site.yml): " + "; ".join(changes)))
-            else:
-                results.append(_applied_result(role, "ok", ""))
+            results.append(_inputs_result(role, found.get("inputs"), want["inputs"]))
         checked += found["results"]
     results += checked
     summary = dict((state, sum(1 for r in results if r["state"] == state)) for state in STATES)

@@ -191,18 +191,22 @@ def test_another_node_exporter_deb_is_a_change_of_the_audit_timer(tmp_path, refe
 
 
 def test_a_controller_without_the_artifacts_cannot_vouch_for_the_runtime(tmp_path, reference):
-    """An audit from a copy of the collection without the artifacts says so, where a path compared
-    equal said nothing."""
+    """An audit from a copy of the collection without the artifacts says it cannot judge the runtime
+    (an error naming the artifacts), where a path compared equal said nothing; a change it can see is
+    still drift."""
     applied = plan_of(named(reference["dir"], reference, "file name"), mode="apply")
     empty = tmp_path / "laptop" / "artifacts"
     empty.mkdir(parents=True)
     (empty / reference["deb"]).write_bytes((reference["dir"] / reference["deb"]).read_bytes())
     today = plan_of(named(empty, reference, "file name"))
     state, detail = judged(applied, today)["edge_runtime"]
-    assert state == "drifted"
-    assert "runtime artifact edgetune-runtime %s sha256 " % reference["sidecars"]["runtime"]["version"] in detail
-    assert "-> unreadable (" in detail
+    assert state == "error" and detail.startswith("cannot judge it from this controller: ")
+    assert "runtime artifact unreadable (" in detail and "engine artifact unreadable (" in detail
+    assert str(empty) in detail
     assert judged(applied, today)["edge_audit_timer"] == ("ok", "")
+    changed = plan_of(dict(named(empty, reference, "file name"), edge_runtime_port=8471))
+    state, detail = judged(applied, changed)["edge_runtime"]
+    assert state == "drifted" and "edge_runtime_port" in detail and "unreadable" not in detail
 
 
 def test_url_and_device_artifacts_are_named_by_the_inventory_not_a_controller_directory():
