@@ -93,7 +93,7 @@ def _third_party(files):
             elif top in sys.stdlib_module_names or top in ("ansible", "ansible_collections", "edgetune", "__future__"):
                 continue
             elif (path.parent / (top + ".py")).is_file():
-                continue  # a sibling module (bench_netqos.py: `import bpf`)
+                continue  # a sibling module
             else:
                 found.setdefault(top, []).append(str(path.relative_to(REPO)))
     return found
