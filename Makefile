@@ -45,11 +45,12 @@ $(VENV)/.installed: requirements.txt cli/pyproject.toml tools/pyproject.toml
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt -e cli -e tools
 	touch $@
 
-# Python 3.8 (JetPack 5's Python) for the modules' unit tests.
+# Python 3.8 (JetPack 5's Python) for the modules' unit tests (its venv kept by content hash outside
+# the checkout, as the release tools' below).
 venv38: $(VENV38)/.installed
 $(VENV38)/.installed: requirements-py38.txt | venv
-	tools/edgetune_dev/scripts/python38 -m venv $(VENV38)
-	$(VENV38)/bin/pip install -q --disable-pip-version-check -r requirements-py38.txt
+	tools/edgetune_dev/scripts/cached-venv $(VENV38) requirements-py38.txt \
+	    "$$(tools/edgetune_dev/scripts/python38 -c 'import sys; print(sys.executable)')"
 	touch $@
 
 engine: venv
@@ -70,7 +71,7 @@ lint: venv sanity
 	yamllint --strict .
 	ansible-lint -q
 	ruff check .
-	pytest -q tests/static
+	pytest -q --durations=10 tests/static
 
 # promtool checks and unit-tests the alert rules in extras/prometheus/ and both
 # audit textfiles (tests/unit/test_prometheus.py). Debian ships it only in the
@@ -83,7 +84,7 @@ promtool: venv
 	fi
 
 unit: venv promtool
-	pytest -q tests/unit
+	pytest -q --durations=20 tests/unit
 
 unit38: venv38
 	edgetune-dev unit38 $(VENV38) $(VENV)
@@ -93,7 +94,7 @@ netqos-host:
 	if [ "$$(id -u)" -eq 0 ]; then edgetune-dev netqos-host; fi
 
 integration: venv artifacts netqos-host
-	pytest -q tests/integration
+	pytest -q --durations=20 tests/integration
 
 # Molecule 26 looks for a scenario named default for its shared state and, not finding one (we
 # have none on purpose: each board is its own scenario), logs a CRITICAL "glob failed" and carries
@@ -169,13 +170,12 @@ dist: venv
 # with tests/galaxy-importer.cfg (its ansible-doc and ansible-lint runs, the changelog check; not its
 # ansible-test sanity, which needs a container image from a registry: `make sanity` runs it here).
 # The release tools (requirements-release.txt: galaxy-importer, antsibull-changelog) have a venv of
-# their own; ansible-doc and ansible-lint are .venv's (first on PATH, the same pinned versions, with
+# their own, kept by content hash outside the checkout (edgetune-dev cached-venv); ansible-doc and ansible-lint are .venv's (first on PATH, the same pinned versions, with
 # the ansible.posix that galaxy.yml depends on). Outside the checkout's ansible.cfg, as Galaxy runs it;
 # its log and result (importer_result.json) stay in .cache/galaxy-import/.
 # About 60 CPU-s, most of it ansible-lint (tests/integration/test_galaxy_importer.py runs the same).
 $(RELEASE_VENV)/.installed: requirements-release.txt
-	python3 -m venv $(RELEASE_VENV)
-	$(RELEASE_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-release.txt
+	tools/edgetune_dev/scripts/cached-venv $(RELEASE_VENV) requirements-release.txt
 	touch $@
 
 .PHONY: galaxy-import

@@ -49,6 +49,7 @@ SCRIPTS = [
     ("unit38", "unit38", "the modules' unit tests under Python 3.8 (VENV38 VENV)"),
     ("python38", "python38", "run a Python 3.8 interpreter (JetPack 5's Python)"),
     ("netqos-host", "netqos-host", "install bcc, pyroute2 and kernel headers for the eBPF tests (root)"),
+    ("cached-venv", "cached-venv", "a venv of pinned tools kept by content hash outside the checkout, linked in"),
 ]
 SCRIPTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
 # The system Python, which has Debian's bcc and pyroute2 (the network benchmark's).
