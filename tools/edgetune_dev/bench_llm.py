@@ -17,7 +17,7 @@ import json
 import re
 from pathlib import Path
 
-from edgetune_dev import bench
+from edgetune_dev import bench, bench_pages
 from edgetune.errors import UsageError
 
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm_bench
@@ -149,6 +149,8 @@ def cmd_llm(args):
     for name in ("server", "model"):
         if not getattr(args, name):
             raise UsageError("--host needs --%s" % name)
+    if not args.commit:
+        args.commit = bench_pages.checkout_commit()
     return edge_llm_bench.run(args, draw=_draw_or_say)
 
 
