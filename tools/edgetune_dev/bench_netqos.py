@@ -1,23 +1,31 @@
 #!/usr/bin/python3
-"""Benchmark (not a test): request/response latency on the inference port under a
-saturating bulk flow, with and without the edgetune classifier, in one run.
+"""Benchmark (not a test): inference traffic through an uplink busy with bulk traffic, with and
+without the edgetune classifier, side by side in one run.
 
-Two network namespaces joined by a veth pair; the sender's egress is shaped by
-the same HTB tree `edgetune-netqos apply` makes (link rate --rate, inference
-class 1:10, default class 1:20). A bulk TCP flow to another port keeps the
-link saturated the whole time; a probe sends --size bytes to the inference
-port and waits for the echo, --count times per phase. Phases alternate
-(without, with, without, with, ...) so that drift hits both alike; "without"
-is the same HTB tree with the classifier's filter removed, so every packet
-takes the default class. Prints P50/P99 per mode and their ratio.
+Two network namespaces joined by a veth pair; the egress of side A (the device) is shaped by the
+same HTB tree `edgetune-netqos apply` makes (link rate --rate, inference class 1:10, default class
+1:20), and N bulk TCP flows leave A on that egress (a board uploading video, logs, models). Each
+mode alternates over --rounds rounds so that drift hits every stage alike; "without the classifier"
+is the same HTB tree with the classifier's filter removed, so every packet takes the default class.
+
+Two probes:
+- echo (the default): a client on B sends --size bytes to A's inference port and waits for the
+  echo, --count times per phase; phases without and with the classifier, bulk running throughout.
+- llm (--llm): llama-server in A streams completions to the gate's client (edge_llm) in B; stages
+  per round: no bulk, bulk without the classifier, bulk with it. TTFT and inter-token gaps as the
+  client receives them, the bulk goodput per stage, and the issue's acceptance ratios. The server
+  runs on --server-cpus (default the last CPU); the bulk senders, the sink and the client run on
+  the other CPUs (the system's), so the bench measures the network, not CPU contention.
 
 Run as root after `edgetune-dev netqos-host` (bcc, pyroute2, kernel headers):
-    edgetune-dev bench netqos [--rate 20mbit] [--rounds 3] [--json]
+    edgetune-dev bench netqos [--rate 20mbit] [--rounds 3] [--json] [--out FILE]
+    edgetune-dev bench netqos --llm [--rate 20mbit] [--flows 2] [--rounds 5] [--generations 16]
 which runs this module with the system Python (bcc is Debian's, not the venv's). The loader is
 the collection's edge_netqos_loader, run as the role's edgetune-netqos command runs it. Traffic
 stays inside the namespaces this script makes and removes.
 """
 import argparse
+import glob
 import json
 import os
 import secrets
@@ -27,18 +35,32 @@ import time
 
 from edgetune_dev import bench_pages  # (edgetune_dev also puts the checkout's collection on the import path)
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_netqos_loader as netqos
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist
 
 A_ADDR, B_ADDR = "10.78.0.1", "10.78.0.2"
 INFER_PORT, BULK_PORT = 8000, 5001
 PYTHON = "/usr/bin/python3"
 
 SINK = r"""
-import socket, threading
+import socket, sys, threading, time
+received = [0]
+lock = threading.Lock()
 def drain(conn):
-    while conn.recv(1 << 16):
-        pass
+    while True:
+        data = conn.recv(1 << 16)
+        if not data:
+            return
+        with lock:
+            received[0] += len(data)
+def report():
+    while True:
+        with open(sys.argv[1] + ".tmp", "w") as handle:
+            handle.write("%%d %%f" %% (received[0], time.monotonic()))
+        __import__("os").replace(sys.argv[1] + ".tmp", sys.argv[1])
+        time.sleep(0.1)
+threading.Thread(target=report, daemon=True).start()
 srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-srv.bind(("0.0.0.0", %d)); srv.listen(8)
+srv.bind(("0.0.0.0", %d)); srv.listen(64)
 while True:
     conn, _ = srv.accept()
     threading.Thread(target=drain, args=(conn,), daemon=True).start()
@@ -114,16 +136,34 @@ def percentile(values, pct):
     return ordered[rank - 1]
 
 
+def summary(values):
+    ordered = sorted(values)
+    return {"count": len(ordered), "p50_ms": percentile(ordered, 50) if ordered else None,
+            "p99_ms": percentile(ordered, 99) if ordered else None, "max_ms": ordered[-1] if ordered else None}
+
+
+def median(values):
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2.0
+
+
 class Bench(object):
+    """The namespaces, the link, the role's HTB tree and classifier, the sink; helpers on CPUs of their own."""
+
     def __init__(self, args):
         tag = secrets.token_hex(3)
         self.args = args
         self.ns_a, self.ns_b = "etqb-%s-a" % tag, "etqb-%s-b" % tag
         self.a, self.b = "nqb%sa" % tag, "nqb%sb" % tag
-        self.procs = []
+        self.procs, self.bulk = [], []
+        self.sink_file = "/tmp/edgetune-bench-sink-%s" % tag
+        cpus = sorted(os.sched_getaffinity(0))
+        self.server_cpus = parse_cpulist(args.server_cpus) if args.server_cpus else cpus[-1:]
+        self.system_cpus = [cpu for cpu in cpus if cpu not in self.server_cpus] or cpus
 
-    def nsenter(self, ns):
-        return ["nsenter", "--net=/run/netns/%s" % ns]
+    def nsenter(self, ns, cpus=None):
+        return ["nsenter", "--net=/run/netns/%s" % ns] + (["taskset", "-c", format_cpulist(cpus)] if cpus else [])
 
     def setup(self):
         sh("ip", "netns", "add", self.ns_a)
@@ -137,15 +177,35 @@ class Bench(object):
                 sh("ip", "-n", ns, "link", "set", dev, "gso_max_segs", "1")
             sh("ip", "-n", ns, "link", "set", "lo", "up")
             sh("ip", "-n", ns, "link", "set", dev, "up")
-        self.start(self.ns_b, SINK)
-        self.start(self.ns_b, ECHO)
+        self.start(self.ns_b, SINK, self.sink_file)
         self.apply()
 
     def start(self, ns, script, *argv):
-        proc = subprocess.Popen(self.nsenter(ns) + [PYTHON, "-c", script] + [str(a) for a in argv],
+        proc = subprocess.Popen(self.nsenter(ns, self.system_cpus) + [PYTHON, "-c", script] + [str(a) for a in argv],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.procs.append(proc)
         return proc
+
+    def start_bulk(self):
+        self.bulk = [self.start(self.ns_a, BULK, B_ADDR, BULK_PORT) for _ in range(self.args.flows)]
+
+    def stop_bulk(self):
+        for proc in self.bulk:
+            proc.kill()
+            proc.wait()
+            self.procs.remove(proc)
+        self.bulk = []
+
+    def received(self):
+        """(bytes the sink received so far, when)."""
+        for _attempt in range(50):
+            try:
+                with open(self.sink_file) as handle:
+                    count, when = handle.read().split()
+                return int(count), float(when)
+            except (OSError, ValueError):
+                time.sleep(0.05)
+        raise SystemExit("bench_netqos: the bulk sink reports nothing")
 
     def loader(self, *argv):
         return sh(*(self.nsenter(self.ns_a) + netqos.command(PYTHON, netqos.collections_root()) + list(argv)))
@@ -161,15 +221,35 @@ class Bench(object):
         out = json.loads(self.loader("status", "-i", self.a, "--json"))["interfaces"][0]
         return dict((c["class"], c["bytes"]) for c in out["classes"])
 
+    def check_helpers(self):
+        for proc in self.procs:
+            if proc.poll() is not None:
+                raise SystemExit("bench_netqos: a helper exited early: %s" % proc.stderr.read().decode().strip())
+
+    def cleanup(self):
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        for ns in (self.ns_a, self.ns_b):
+            subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL, check=False)
+        for path in (self.sink_file, self.sink_file + ".tmp"):
+            if os.path.exists(path):
+                os.remove(path)
+
+
+class EchoBench(Bench):
+    """Small requests answered by an echo server in A, bulk running throughout."""
+
     def probe(self):
-        out = sh(*(self.nsenter(self.ns_a) + [PYTHON, "-c", PROBE, B_ADDR, INFER_PORT, self.args.count,
-                                              self.args.size, self.args.gap]))
+        out = sh(*(self.nsenter(self.ns_b, self.system_cpus) + [PYTHON, "-c", PROBE, A_ADDR, INFER_PORT,
+                                                                 self.args.count, self.args.size, self.args.gap]))
         return json.loads(out)
 
     def run(self):
         self.setup()
-        for _ in range(self.args.flows):
-            self.start(self.ns_a, BULK, B_ADDR, BULK_PORT)
+        self.start(self.ns_a, ECHO)
+        self.start_bulk()
         time.sleep(self.args.warmup)
         results = {"without": [], "with": []}
         phases = []
@@ -191,39 +271,214 @@ class Bench(object):
                     print("  %-7s p50 %8.2f ms  p99 %8.2f ms  default class %6.2f Mbit/s, link %6.2f Mbit/s"
                           % (mode, phases[-1]["p50_ms"], phases[-1]["p99_ms"], phases[-1]["bulk_mbit"],
                              phases[-1]["link_mbit"]), flush=True)
-        for proc in self.procs:
-            if proc.poll() is not None:
-                raise SystemExit("bench_netqos: a helper exited early: %s" % proc.stderr.read().decode().strip())
+        self.check_helpers()
         return results, phases
 
-    def cleanup(self):
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-        for ns in (self.ns_a, self.ns_b):
-            subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL, check=False)
+
+# The stages of the LLM bench, in the order each round runs them.
+LLM_STAGES = ("no bulk", "bulk, without the classifier", "bulk, with the classifier")
+
+CLIENT = r"""
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm
+o = json.loads(sys.argv[1])
+_summary, runs = edge_llm.measure(o["port"], o["prompt"], o["max_tokens"], o["runs"], o["warmup"], host=o["host"],
+                                  timeout=o["timeout"])
+print(json.dumps([{"ttft_ms": r["ttft_ms"], "gaps_ms": r["gaps_ms"]} for r in runs]))
+"""
+
+
+def default_llm():
+    """(llama-server, GGUF) of this machine's LLM artifact cache (`make artifacts`), else (None, None)."""
+    cache = os.environ.get("EDGETUNE_LLM_CACHE") or os.path.expanduser("~/.cache/edgetune/llm")
+    servers = sorted(glob.glob(os.path.join(cache, "build", "*", "llama-server")), key=os.path.getmtime)
+    models = sorted(glob.glob(os.path.join(cache, "model", "*", "*.gguf")), key=os.path.getmtime)
+    return (servers[-1] if servers else None), (models[-1] if models else None)
+
+
+class LlmBench(Bench):
+    """llama-server in A streaming to the gate's client in B, through the shaped egress."""
+
+    def start_server(self):
+        env = dict(os.environ, LLAMA_ARG_HOST=A_ADDR, LLAMA_ARG_PORT=str(INFER_PORT), LLAMA_ARG_CTX_SIZE="2048",
+                   LLAMA_ARG_N_PARALLEL="1", LLAMA_ARG_THREADS=str(len(self.server_cpus)))
+        log = open("/tmp/edgetune-bench-server-%s.log" % self.a, "w")
+        proc = subprocess.Popen(self.nsenter(self.ns_a, self.server_cpus) + [self.args.server, "--model",
+                                                                             self.args.model],
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.procs.append(proc)
+        deadline = time.time() + 120
+        while True:
+            probe = subprocess.run(self.nsenter(self.ns_b) + [PYTHON, "-c", "import sys\nsys.path.insert(0, %r)\n"
+                                   "from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm\n"
+                                   "edge_llm.wait_ready(%d, host=%r, timeout=2)" % (netqos.collections_root(),
+                                                                                     INFER_PORT, A_ADDR)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+            if probe.returncode == 0:
+                return
+            if proc.poll() is not None or time.time() > deadline:
+                raise SystemExit("bench_netqos: llama-server did not answer (log /tmp/edgetune-bench-server-%s.log)"
+                                 % self.a)
+
+    def generations(self, runs, warmup):
+        options = {"port": INFER_PORT, "host": A_ADDR, "prompt": self.args.prompt, "max_tokens": self.args.max_tokens,
+                   "runs": runs, "warmup": warmup, "timeout": 120}
+        out = sh(*(self.nsenter(self.ns_b, self.system_cpus) + [PYTHON, "-c", CLIENT, json.dumps(options),
+                                                                 netqos.collections_root()]))
+        return json.loads(out)
+
+    def stage(self, name):
+        bulk = name != "no bulk"
+        if bulk:
+            if name.endswith("without the classifier"):
+                self.without_classifier()
+            else:
+                self.apply()
+            self.start_bulk()
+            time.sleep(self.args.warmup)  # the flows out of slow start, the queue filled
+        (sent, since), before = self.received(), self.class_bytes()
+        runs = self.generations(self.args.generations, self.args.warmup_generations)
+        (got, until), after = self.received(), self.class_bytes()
+        if bulk:
+            self.stop_bulk()
+            self.apply()
+        elapsed = max(until - since, 1e-6)
+        gaps = [gap for run in runs for gap in run["gaps_ms"]]
+        return {"stage": name, "gaps_ms": gaps, "ttft_ms": [run["ttft_ms"] for run in runs],
+                "goodput_mbit": (got - sent) * 8 / elapsed / 1e6,
+                "inference_class_mbit": (after["1:10"] - before["1:10"]) * 8 / elapsed / 1e6,
+                "default_class_mbit": (after["1:20"] - before["1:20"]) * 8 / elapsed / 1e6}
+
+    def run(self):
+        self.setup()
+        self.start_server()
+        self.generations(1, 1)  # the model paged in before the first measured stage
+        rounds = []
+        for round_index in range(1, self.args.rounds + 1):
+            stages = []
+            for name in LLM_STAGES:
+                stages.append(self.stage(name))
+                last = stages[-1]
+                if not self.args.json:
+                    inter = summary(last["gaps_ms"])
+                    print("  round %d, %-30s inter-token P50 %7.2f P99 %7.2f max %7.2f ms; bulk goodput %6.2f Mbit/s"
+                          % (round_index, name, inter["p50_ms"], inter["p99_ms"], inter["max_ms"],
+                             last["goodput_mbit"]), flush=True)
+            rounds.append(stages)
+            self.check_helpers()
+        return rounds
+
+
+def llm_summary(rounds, link_mbit):
+    """Per stage over all rounds: TTFT and inter-token P50/P99/max, per-round P99s and goodput; then
+    the acceptance ratios (medians of the per-round P99s)."""
+    stages = {}
+    for name in LLM_STAGES:
+        chosen = [stage for stages_of_round in rounds for stage in stages_of_round if stage["stage"] == name]
+        gaps = [gap for stage in chosen for gap in stage["gaps_ms"]]
+        stages[name] = {"inter_token": summary(gaps), "ttft": summary([t for s in chosen for t in s["ttft_ms"]]),
+                        "round_p99_ms": [summary(s["gaps_ms"])["p99_ms"] for s in chosen],
+                        "goodput_mbit": [s["goodput_mbit"] for s in chosen]}
+    quiet = median(stages["no bulk"]["round_p99_ms"])
+    without = median(stages[LLM_STAGES[1]]["round_p99_ms"])
+    with_classifier = median(stages[LLM_STAGES[2]]["round_p99_ms"])
+    goodput = median(stages[LLM_STAGES[2]]["goodput_mbit"])
+    return {"stages": stages,
+            "with_vs_no_bulk_p99": with_classifier / quiet,
+            "without_vs_no_bulk_p99": without / quiet,
+            "goodput_share": goodput / link_mbit if link_mbit else None,
+            # The issue's rule: the run counts only where the load hurt without the classifier (2x).
+            "load_strong_enough": without / quiet >= 2.0,
+            "met": with_classifier / quiet <= 1.3 and (goodput / link_mbit if link_mbit else 0) >= 0.9}
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", default="20mbit", help="shaped link rate (default %(default)s)")
     parser.add_argument("--high-rate", default="20%", help="inference class rate (default %(default)s)")
-    parser.add_argument("--rounds", type=int, default=3, help="without/with pairs (default %(default)s)")
-    parser.add_argument("--count", type=int, default=300, help="probes per phase (default %(default)s)")
-    parser.add_argument("--size", type=int, default=256, help="request and response bytes (default %(default)s)")
-    parser.add_argument("--gap", type=float, default=0.005, help="seconds between probes (default %(default)s)")
-    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of bulk before the first phase")
-    parser.add_argument("--settle", type=float, default=1.0, help="seconds after switching mode")
-    parser.add_argument("--flows", type=int, default=1, help="bulk TCP flows (default %(default)s)")
+    parser.add_argument("--rounds", type=int, help="alternated rounds (default 3 echo, 5 --llm)")
+    parser.add_argument("--count", type=int, default=300, help="echo: probes per phase (default %(default)s)")
+    parser.add_argument("--size", type=int, default=256, help="echo: request and response bytes (default %(default)s)")
+    parser.add_argument("--gap", type=float, default=0.005, help="echo: seconds between probes (default %(default)s)")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of bulk before measuring")
+    parser.add_argument("--settle", type=float, default=1.0, help="echo: seconds after switching mode")
+    parser.add_argument("--flows", type=int, help="bulk TCP flows (default 1 echo, 4 --llm)")
     parser.add_argument("--keep-gso", action="store_true", help="leave GSO/TSO on the veth pair")
+    parser.add_argument("--llm", action="store_true", help="measure llama-server's streamed tokens instead of echoes")
+    parser.add_argument("--server", help="--llm: llama-server (default: this machine's `make artifacts` build)")
+    parser.add_argument("--model", help="--llm: the GGUF (default: this machine's `make artifacts` model)")
+    parser.add_argument("--server-cpus", help="the server's CPUs (default: the last); the rest run the bulk "
+                                              "senders, the sink and the client")
+    parser.add_argument("--generations", type=int, default=16, help="--llm: generations per stage and round")
+    parser.add_argument("--warmup-generations", type=int, default=1, help="--llm: unmeasured ones per stage")
+    parser.add_argument("--max-tokens", type=int, default=64, help="--llm: tokens per generation")
+    parser.add_argument("--prompt", default="Once upon a time")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", metavar="FILE", help="also write the raw result (JSON, with host, date and commit) "
                                                       "for the docs' benchmark pages")
     args = parser.parse_args(argv)
+    args.rounds = args.rounds or (5 if args.llm else 3)
+    args.flows = args.flows or (4 if args.llm else 1)
     if os.geteuid() != 0:
         raise SystemExit("bench_netqos: run as root (network namespaces, tc, eBPF)")
-    bench = Bench(args)
+    if args.llm:
+        found_server, found_model = default_llm()
+        args.server, args.model = args.server or found_server, args.model or found_model
+        if not (args.server and os.access(args.server, os.X_OK) and args.model and os.path.isfile(args.model)):
+            raise SystemExit("bench_netqos: --llm needs llama-server and a GGUF: run `make artifacts` or give "
+                             "--server and --model")
+        return run_llm(args)
+    return run_echo(args)
+
+
+def settings_of(args):
+    return {key: value for key, value in vars(args).items() if key not in ("json", "out")}
+
+
+def write_result(args, result):
+    if args.out:
+        with open(args.out, "w") as handle:
+            json.dump(result, handle, indent=1)
+    if args.json:
+        print(json.dumps(result, indent=2))
+
+
+def run_llm(args):
+    bench = LlmBench(args)
+    if not args.json:
+        print("bench_netqos --llm: %d rounds of %s; %d generations of %d tokens per stage; link %s shaped by HTB "
+              "(inference class %s), %d bulk TCP flow(s), GSO %s; server on CPUs %s, the rest on %s"
+              % (args.rounds, ", ".join(LLM_STAGES), args.generations, args.max_tokens, args.rate, args.high_rate,
+                 args.flows, "on" if args.keep_gso else "off", format_cpulist(bench.server_cpus),
+                 format_cpulist(bench.system_cpus)), flush=True)
+    try:
+        rounds = bench.run()
+    finally:
+        bench.cleanup()
+    link_mbit = netqos.parse_rate(args.rate) * 8 / 1e6
+    summed = llm_summary(rounds, link_mbit)
+    result = dict(bench_pages.stamp("netqos-llm"), settings=settings_of(args), link_mbit=link_mbit,
+                  server_cpus=format_cpulist(bench.server_cpus), system_cpus=format_cpulist(bench.system_cpus),
+                  summary=summed, rounds=rounds)
+    write_result(args, result)
+    if not args.json:
+        print("%-32s %9s %9s %9s %9s %9s %12s" % ("stage", "TTFT P50", "TTFT P99", "tok P50", "tok P99", "tok max",
+                                                  "goodput"))
+        for name in LLM_STAGES:
+            s = summed["stages"][name]
+            print("%-32s %9.1f %9.1f %9.2f %9.2f %9.2f %7.2f Mbit" % (
+                name, s["ttft"]["p50_ms"], s["ttft"]["p99_ms"], s["inter_token"]["p50_ms"], s["inter_token"]["p99_ms"],
+                s["inter_token"]["max_ms"], median(s["goodput_mbit"])))
+        print("inter-token P99 (median of rounds): with the classifier / no bulk %.2fx (goal <= 1.3), without / no "
+              "bulk %.2fx (the load counts at >= 2); bulk goodput with the classifier %.0f%% of the link (goal >= 90%%)"
+              % (summed["with_vs_no_bulk_p99"], summed["without_vs_no_bulk_p99"], 100 * summed["goodput_share"]))
+    return 0
+
+
+def run_echo(args):
+    bench = EchoBench(args)
     if not args.json:
         print("bench_netqos: %d rounds, %d probes of %d B per phase, link %s shaped by HTB (inference class %s), "
               "%d bulk TCP flow(s), GSO %s" % (args.rounds, args.count, args.size, args.rate, args.high_rate,
@@ -232,24 +487,20 @@ def main(argv=None):
         results, phases = bench.run()
     finally:
         bench.cleanup()
-    summary = {}
+    summed = {}
     for mode in ("without", "with"):
-        summary[mode] = {"p50_ms": percentile(results[mode], 50), "p99_ms": percentile(results[mode], 99),
-                         "samples": len(results[mode])}
-    summary["ratio_p50"] = summary["without"]["p50_ms"] / summary["with"]["p50_ms"]
-    summary["ratio_p99"] = summary["without"]["p99_ms"] / summary["with"]["p99_ms"]
-    settings = {key: value for key, value in vars(args).items() if key not in ("json", "out")}
-    result = dict(bench_pages.stamp("netqos-echo"), settings=settings, summary=summary, phases=phases)
-    if args.out:
-        with open(args.out, "w") as handle:
-            json.dump(result, handle, indent=1)
+        summed[mode] = {"p50_ms": percentile(results[mode], 50), "p99_ms": percentile(results[mode], 99),
+                        "samples": len(results[mode])}
+    summed["ratio_p50"] = summed["without"]["p50_ms"] / summed["with"]["p50_ms"]
+    summed["ratio_p99"] = summed["without"]["p99_ms"] / summed["with"]["p99_ms"]
+    write_result(args, dict(bench_pages.stamp("netqos-echo"), settings=settings_of(args), summary=summed,
+                            phases=phases))
     if args.json:
-        print(json.dumps(result, indent=2))
         return 0
     print("%-20s %12s %12s" % ("", "P50 (ms)", "P99 (ms)"))
-    print("%-20s %12.2f %12.2f" % ("without classifier", summary["without"]["p50_ms"], summary["without"]["p99_ms"]))
-    print("%-20s %12.2f %12.2f" % ("with classifier", summary["with"]["p50_ms"], summary["with"]["p99_ms"]))
-    print("%-20s %11.1fx %11.1fx" % ("ratio without/with", summary["ratio_p50"], summary["ratio_p99"]))
+    print("%-20s %12.2f %12.2f" % ("without classifier", summed["without"]["p50_ms"], summed["without"]["p99_ms"]))
+    print("%-20s %12.2f %12.2f" % ("with classifier", summed["with"]["p50_ms"], summed["with"]["p99_ms"]))
+    print("%-20s %11.1fx %11.1fx" % ("ratio without/with", summed["ratio_p50"], summed["ratio_p99"]))
     return 0
 
 

@@ -8,7 +8,8 @@ three is refused: a number nobody can trace is not published.
 
 Kinds (the "bench" key of a result): llm-host (edge_llm_bench: token latency under CPU noise),
 audit (bench_audit: the audit's and a no-change converge's controller cost), netqos-echo
-(bench_netqos: request/response latency under bulk traffic, with and without the classifier).
+(bench_netqos: request/response latency under bulk traffic, with and without the classifier),
+netqos-llm (bench_netqos --llm: llama-server's streamed tokens through the same busy uplink).
 """
 import argparse
 import json
@@ -28,6 +29,7 @@ PAGES = {
     "llm-host": ("llm", "Token latency under CPU noise"),
     "audit": ("audit", "The audit's and the converge's cost"),
     "netqos-echo": ("network", "Network priority under bulk traffic"),
+    "netqos-llm": ("network-llm", "Streamed tokens through a busy uplink"),
 }
 REQUIRED = ("bench", "host", "measured_at", "commit")
 
@@ -223,7 +225,37 @@ def netqos_section(result):
     return lines
 
 
-SECTIONS = {"llm-host": llm_section, "audit": audit_section, "netqos-echo": netqos_section}
+# ------------------------------------------------------------------ netqos-llm
+def netqos_llm_section(result):
+    s, summed = result["settings"], result["summary"]
+    lines = [provenance(result), "",
+             "llama-server (%s) in one network namespace on CPUs %s streams completions of %d tokens to the gate's "
+             "client in another; the link's egress on the server's side is shaped by the role's HTB tree at %s "
+             "(inference class rate %s), GSO %s. In the bulk stages %d TCP flows leave the server's side on the "
+             "same egress; the senders, the sink and the client run on CPUs %s. %d alternated rounds of %d "
+             "generations per stage. Times in ms; goodput is what the bulk sink received (median of the rounds)." % (
+                 os.path.basename(s["model"]), result["server_cpus"], s["max_tokens"], s["rate"], s["high_rate"],
+                 "on" if s["keep_gso"] else "off", s["flows"], result["system_cpus"], s["rounds"], s["generations"]),
+             ""]
+    rows = []
+    for name, stage in summed["stages"].items():
+        goodput = sorted(stage["goodput_mbit"])[len(stage["goodput_mbit"]) // 2]
+        rows.append((name, _ms(stage["ttft"]["p50_ms"]), _ms(stage["ttft"]["p99_ms"]),
+                     _ms(stage["inter_token"]["p50_ms"]), _ms(stage["inter_token"]["p99_ms"]),
+                     _ms(stage["inter_token"]["max_ms"]),
+                     "%s-%s" % (_ms(min(stage["round_p99_ms"])), _ms(max(stage["round_p99_ms"]))),
+                     "-" if name == "no bulk" else "%.1f" % goodput, stage["inter_token"]["count"]))
+    lines += _table(("stage", "TTFT P50", "TTFT P99", "inter-token P50", "P99", "max", "P99 per round",
+                     "bulk goodput Mbit/s", "gaps"), rows)
+    lines += ["", "Inter-token P99, median of the rounds: with the classifier %.2fx the no-bulk stage's, without it "
+                  "%.2fx; the bulk goodput with the classifier is %.0f%% of the link rate." % (
+                      summed["with_vs_no_bulk_p99"], summed["without_vs_no_bulk_p99"],
+                      100 * summed["goodput_share"])]
+    return lines
+
+
+SECTIONS = {"llm-host": llm_section, "audit": audit_section, "netqos-echo": netqos_section,
+            "netqos-llm": netqos_llm_section}
 INTROS = {
     "llm-host": "`edgetune-dev bench llm --host` (root, on the host measured): llama-server quiet, under noise "
                 "untuned, and with each candidate runtime setting under the same noise, side by side in "
@@ -231,6 +263,8 @@ INTROS = {
     "audit": "`edgetune-dev bench audit --out FILE` on the twins `make demo` converged.",
     "netqos-echo": "`edgetune-dev bench netqos --out FILE` (root, after `edgetune-dev netqos-host`), in network "
                    "namespaces the bench makes and removes.",
+    "netqos-llm": "`edgetune-dev bench netqos --llm --out FILE` (root, after `edgetune-dev netqos-host` and "
+                  "`make artifacts`), in network namespaces the bench makes and removes.",
 }
 
 
