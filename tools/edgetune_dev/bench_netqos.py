@@ -213,6 +213,11 @@ class Bench(object):
     def apply(self):
         self.loader("apply", "-i", self.a, "--rate", self.args.rate, "--high-rate", self.args.high_rate,
                     "--ports", str(INFER_PORT))
+        if self.args.leaf != "default":
+            # A candidate queue behind each class (the role's tree leaves HTB's own default there).
+            for parent, handle in (("1:10", "10:"), ("1:20", "20:")):
+                sh(*(self.nsenter(self.ns_a) + ["tc", "qdisc", "replace", "dev", self.a, "parent", parent,
+                                                "handle", handle] + self.args.leaf.split()))
 
     def without_classifier(self):
         sh(*(self.nsenter(self.ns_a) + ["tc", "filter", "del", "dev", self.a, "egress", "pref", netqos.FILTER_PREF]))
@@ -406,6 +411,9 @@ def main(argv=None):
     parser.add_argument("--settle", type=float, default=1.0, help="echo: seconds after switching mode")
     parser.add_argument("--flows", type=int, help="bulk TCP flows (default 1 echo, 4 --llm)")
     parser.add_argument("--keep-gso", action="store_true", help="leave GSO/TSO on the veth pair")
+    parser.add_argument("--leaf", default="default",
+                        help="the queue behind each HTB class: default (what the role's tree has) or a tc qdisc "
+                             "with its options, e.g. fq_codel, cake, 'pfifo limit 100'")
     parser.add_argument("--llm", action="store_true", help="measure llama-server's streamed tokens instead of echoes")
     parser.add_argument("--server", help="--llm: llama-server (default: this machine's `make artifacts` build)")
     parser.add_argument("--model", help="--llm: the GGUF (default: this machine's `make artifacts` model)")
@@ -449,9 +457,9 @@ def run_llm(args):
     bench = LlmBench(args)
     if not args.json:
         print("bench_netqos --llm: %d rounds of %s; %d generations of %d tokens per stage; link %s shaped by HTB "
-              "(inference class %s), %d bulk TCP flow(s), GSO %s; server on CPUs %s, the rest on %s"
+              "(inference class %s, leaves %s), %d bulk TCP flow(s), GSO %s; server on CPUs %s, the rest on %s"
               % (args.rounds, ", ".join(LLM_STAGES), args.generations, args.max_tokens, args.rate, args.high_rate,
-                 args.flows, "on" if args.keep_gso else "off", format_cpulist(bench.server_cpus),
+                 args.leaf, args.flows, "on" if args.keep_gso else "off", format_cpulist(bench.server_cpus),
                  format_cpulist(bench.system_cpus)), flush=True)
     try:
         rounds = bench.run()

@@ -231,10 +231,12 @@ def netqos_llm_section(result):
     lines = [provenance(result), "",
              "llama-server (%s) in one network namespace on CPUs %s streams completions of %d tokens to the gate's "
              "client in another; the link's egress on the server's side is shaped by the role's HTB tree at %s "
-             "(inference class rate %s), GSO %s. In the bulk stages %d TCP flows leave the server's side on the "
+             "(inference class rate %s, leaf queues %s), GSO %s. In the bulk stages %d TCP flows leave the server's "
+             "side on the "
              "same egress; the senders, the sink and the client run on CPUs %s. %d alternated rounds of %d "
              "generations per stage. Times in ms; goodput is what the bulk sink received (median of the rounds)." % (
                  os.path.basename(s["model"]), result["server_cpus"], s["max_tokens"], s["rate"], s["high_rate"],
+                 "HTB's own" if s.get("leaf", "default") == "default" else s["leaf"],
                  "on" if s["keep_gso"] else "off", s["flows"], result["system_cpus"], s["rounds"], s["generations"]),
              ""]
     rows = []
