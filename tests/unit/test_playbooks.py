@@ -39,3 +39,36 @@ def test_without_edge_mode_the_guard_lets_the_run_through(playbook, tmp_path):
     guard = done.stdout.split("TASK [Refuse to apply with edge_mode audit]", 1)[1].split("TASK [", 1)[0]
     assert "ok: [localhost]" in guard, done.stdout[-3000:]
     assert "is undefined" not in done.stdout
+
+
+def reboot_test_command():
+    import yaml
+    plays = yaml.safe_load((REPO / "playbooks" / "tune.yml").read_text())
+    for play in plays:
+        for task in play.get("tasks") or []:
+            for inner in task.get("block") or []:
+                if "ansible.builtin.reboot" in inner:
+                    return inner["ansible.builtin.reboot"]["test_command"]
+    raise AssertionError("tune.yml has no reboot task")
+
+
+@pytest.mark.parametrize("says, code, ready", [
+    ("running", 0, True),
+    ("degraded", 1, True),       # a failed unit: booted all the same
+    ("starting", 1, False),      # --wait gave up (its timeout) while the boot still runs
+    ("maintenance", 1, False),   # the rescue shell: never "back"
+    ("", 1, False),              # "Failed to connect to bus" (stderr): systemd not answering yet
+])
+def test_the_reboot_is_over_only_once_the_boot_has_settled(tmp_path, says, code, ready):
+    """Right after a twin's restart, `systemctl is-system-running --wait` fails at once ("Failed to
+    connect to bus", seen) while systemd-tmpfiles has yet to clean /tmp: a module started then lost
+    its payload (seen in make test). The reboot's test command fails until the boot is done."""
+    fake = tmp_path / "bin" / "systemctl"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\n[ -n '%s' ] && echo '%s' || echo 'Failed to connect to bus' >&2\nexit %d\n"
+                    % (says, says, code))
+    fake.chmod(0o755)
+    done = subprocess.run(["sh", "-c", reboot_test_command()], env=dict(os.environ, PATH="%s:/usr/bin:/bin"
+                                                                          % fake.parent),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
+    assert (done.returncode == 0) == ready, done.stdout
