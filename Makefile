@@ -23,13 +23,14 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help sanity consumer venv venv38 promtool engine images vm-image netqos-host lint unit unit38 molecule vm-test integration test demo twins-down artifacts bench ee
+.PHONY: help sanity consumer venv venv38 promtool engine images vm-image netqos-host lint unit unit38 molecule vm-test integration test demo twins-down artifacts bench bench-netqos-sweep ee
 
 help:
 	@echo "make demo   provision a twin fleet with site.yml (orin-fleet, then rk3588-fleet)"
 	@echo "make test   lint, unit tests (Python 3.11 and 3.8), integration and molecule on twins,"
 	@echo "            beside them the VM twin's scenario (VM=0 leaves it out)"
-	@echo "make bench  benchmarks (LLM token latency under noise, audit vs --check, eBPF priority)"
+	@echo "make bench  benchmarks (runtime under noise, audit vs --check, network priority), raw results in reports/"
+	@echo "make bench-netqos-sweep   the network queue's candidates side by side, and the decision"
 	@echo "make artifacts [ARCH=aarch64]   runtime and engine artifacts, llama-server built per distribution"
 	@echo "make docs   the user guide and the collection reference as HTML (.cache/docs/html), offline"
 	@echo "make dist   the collection tarball and the CLI's wheel in dist/"
@@ -141,11 +142,21 @@ ARCH ?=
 artifacts: venv
 	edgetune-dev runtime package $(if $(ARCH),--arch $(ARCH))
 
-# Benchmarks: ratios measured side by side in one run; not tests.
-bench: images artifacts
+# Benchmarks: ratios measured side by side in one run; not tests. Each writes its raw result into
+# reports/ (copy one into docs/benchmarks/results/ to publish it). The audit's bench runs on the
+# demo's converged twins; the network benches in namespaces of their own (root).
+bench: demo netqos-host
+	mkdir -p reports
 	edgetune-dev bench runtime
-	edgetune-dev bench audit
-	edgetune-dev bench netqos
+	edgetune-dev bench audit --out reports/bench-audit.json
+	edgetune-dev bench netqos --out reports/bench-netqos-echo.json
+	edgetune-dev bench netqos --llm --rates 20mbit,100mbit --out reports/bench-netqos-llm.json
+
+# The network queue's candidates (leaf qdiscs, GSO, the inference class's rate) side by side, at 20 and
+# 100 Mbit/s, and the decision by the rule in bench_netqos.decide (about 20 minutes per rate on 2 CPUs).
+bench-netqos-sweep: artifacts netqos-host
+	mkdir -p reports
+	edgetune-dev bench netqos --llm --sweep --rates 20mbit,100mbit --out reports/bench-netqos-sweep.json
 
 # The execution environment of extras/awx, edgetune-ee:<version>, built with ansible-builder and Docker
 # on a local Debian base (debootstrap, with a dnf shim over apt-get; cached by content hash) from the

@@ -28,6 +28,7 @@ import argparse
 import glob
 import json
 import os
+import random
 import secrets
 import subprocess
 import sys
@@ -158,6 +159,9 @@ class Bench(object):
         self.a, self.b = "nqb%sa" % tag, "nqb%sb" % tag
         self.procs, self.bulk = [], []
         self.sink_file = "/tmp/edgetune-bench-sink-%s" % tag
+        # The link's settings: the command line's, or the sweep's candidate being measured.
+        self.config = {"name": "as given", "leaf": args.leaf, "gso": args.keep_gso, "high_rate": args.high_rate,
+                       "rate": args.rate}
         cpus = sorted(os.sched_getaffinity(0))
         self.server_cpus = parse_cpulist(args.server_cpus) if args.server_cpus else cpus[-1:]
         self.system_cpus = [cpu for cpu in cpus if cpu not in self.server_cpus] or cpus
@@ -171,13 +175,18 @@ class Bench(object):
         sh("ip", "link", "add", self.a, "netns", self.ns_a, "type", "veth", "peer", "name", self.b, "netns", self.ns_b)
         for ns, dev, addr in ((self.ns_a, self.a, A_ADDR), (self.ns_b, self.b, B_ADDR)):
             sh("ip", "-n", ns, "addr", "add", addr + "/24", "dev", dev)
-            if not self.args.keep_gso:
-                # One segment per skb, as on a link shaped without TSO: a 64 KiB GSO
-                # packet would hold the wire for 26 ms at 20 Mbit/s whatever its class.
-                sh("ip", "-n", ns, "link", "set", dev, "gso_max_segs", "1")
             sh("ip", "-n", ns, "link", "set", "lo", "up")
             sh("ip", "-n", ns, "link", "set", dev, "up")
         self.start(self.ns_b, SINK, self.sink_file)
+        self.configure(self.config)
+
+    def configure(self, config):
+        """The link as ``config`` says: GSO, the HTB tree and classifier at its rates, its leaves."""
+        self.config = config
+        for ns, dev in ((self.ns_a, self.a), (self.ns_b, self.b)):
+            # Off: one segment per skb, as on a link shaped without TSO (a 64 KiB GSO packet
+            # holds a 20 Mbit/s wire for 26 ms whatever its class). On: the veth's own 65535.
+            sh("ip", "-n", ns, "link", "set", dev, "gso_max_segs", "65535" if config["gso"] else "1")
         self.apply()
 
     def start(self, ns, script, *argv):
@@ -211,13 +220,13 @@ class Bench(object):
         return sh(*(self.nsenter(self.ns_a) + netqos.command(PYTHON, netqos.collections_root()) + list(argv)))
 
     def apply(self):
-        self.loader("apply", "-i", self.a, "--rate", self.args.rate, "--high-rate", self.args.high_rate,
+        self.loader("apply", "-i", self.a, "--rate", self.config["rate"], "--high-rate", self.config["high_rate"],
                     "--ports", str(INFER_PORT))
-        if self.args.leaf != "default":
+        if self.config["leaf"] != "default":
             # A candidate queue behind each class (the role's tree leaves HTB's own default there).
             for parent, handle in (("1:10", "10:"), ("1:20", "20:")):
                 sh(*(self.nsenter(self.ns_a) + ["tc", "qdisc", "replace", "dev", self.a, "parent", parent,
-                                                "handle", handle] + self.args.leaf.split()))
+                                                "handle", handle] + self.config["leaf"].split()))
 
     def without_classifier(self):
         sh(*(self.nsenter(self.ns_a) + ["tc", "filter", "del", "dev", self.a, "egress", "pref", netqos.FILTER_PREF]))
@@ -356,32 +365,38 @@ class LlmBench(Bench):
                 "inference_class_mbit": (after["1:10"] - before["1:10"]) * 8 / elapsed / 1e6,
                 "default_class_mbit": (after["1:20"] - before["1:20"]) * 8 / elapsed / 1e6}
 
-    def run(self):
+    def run(self, candidates=None):
+        """Rounds of the three stages; with ``candidates`` (the sweep), every candidate's three stages in
+        each round, in an order shuffled per round. Returns [stage, ...], each naming its round and candidate."""
         self.setup()
         self.start_server()
         self.generations(1, 1)  # the model paged in before the first measured stage
-        rounds = []
+        measured = []
         for round_index in range(1, self.args.rounds + 1):
-            stages = []
-            for name in LLM_STAGES:
-                stages.append(self.stage(name))
-                last = stages[-1]
-                if not self.args.json:
-                    inter = summary(last["gaps_ms"])
-                    print("  round %d, %-30s inter-token P50 %7.2f P99 %7.2f max %7.2f ms; bulk goodput %6.2f Mbit/s"
-                          % (round_index, name, inter["p50_ms"], inter["p99_ms"], inter["max_ms"],
-                             last["goodput_mbit"]), flush=True)
-            rounds.append(stages)
+            order = list(candidates or [self.config])
+            random.Random(round_index).shuffle(order)
+            for candidate in order:
+                if candidates:
+                    self.configure(candidate)
+                for name in LLM_STAGES:
+                    stage = dict(self.stage(name), round=round_index, candidate=candidate["name"])
+                    measured.append(stage)
+                    if not self.args.json:
+                        inter = summary(stage["gaps_ms"])
+                        print("  round %d, %s%-30s inter-token P50 %7.2f P99 %7.2f max %7.2f ms; bulk goodput "
+                              "%6.2f Mbit/s" % (round_index, "%s, " % candidate["name"] if candidates else "", name,
+                                                inter["p50_ms"], inter["p99_ms"], inter["max_ms"],
+                                                stage["goodput_mbit"]), flush=True)
             self.check_helpers()
-        return rounds
+        return measured
 
 
-def llm_summary(rounds, link_mbit):
+def llm_summary(measured, link_mbit):
     """Per stage over all rounds: TTFT and inter-token P50/P99/max, per-round P99s and goodput; then
     the acceptance ratios (medians of the per-round P99s)."""
     stages = {}
     for name in LLM_STAGES:
-        chosen = [stage for stages_of_round in rounds for stage in stages_of_round if stage["stage"] == name]
+        chosen = [stage for stage in measured if stage["stage"] == name]
         gaps = [gap for stage in chosen for gap in stage["gaps_ms"]]
         stages[name] = {"inter_token": summary(gaps), "ttft": summary([t for s in chosen for t in s["ttft_ms"]]),
                         "round_p99_ms": [summary(s["gaps_ms"])["p99_ms"] for s in chosen],
@@ -396,7 +411,53 @@ def llm_summary(rounds, link_mbit):
             "goodput_share": goodput / link_mbit if link_mbit else None,
             # The issue's rule: the run counts only where the load hurt without the classifier (2x).
             "load_strong_enough": without / quiet >= 2.0,
-            "met": with_classifier / quiet <= 1.3 and (goodput / link_mbit if link_mbit else 0) >= 0.9}
+            "met": with_classifier / quiet <= 1.3 and (goodput / link_mbit if link_mbit else 0) >= 0.9,
+            "with_round_p99_range_ms": [min(stages[LLM_STAGES[2]]["round_p99_ms"]),
+                                        max(stages[LLM_STAGES[2]]["round_p99_ms"])]}
+
+
+# The sweep's candidates (NAME:key=value,...): the role's tree as it is today first.
+SWEEP_CANDIDATES = (
+    "role-today:leaf=default,gso=on,high_rate=20%",
+    "gso-off:leaf=default,gso=off,high_rate=20%",
+    "fq_codel:leaf=fq_codel,gso=on,high_rate=20%",
+    "fq_codel-gso-off:leaf=fq_codel,gso=off,high_rate=20%",
+    "cake:leaf=cake,gso=on,high_rate=20%",
+    "fq_codel-gso-off-high-50:leaf=fq_codel,gso=off,high_rate=50%",
+)
+
+
+def parse_sweep_candidate(text, rate):
+    name, _sep, rest = text.partition(":")
+    config = {"name": name, "leaf": "default", "gso": False, "high_rate": "20%", "rate": rate}
+    for item in filter(None, rest.split(",")):
+        key, _sep, value = item.partition("=")
+        if key not in ("leaf", "gso", "high_rate") or not value:
+            raise SystemExit("bench_netqos: candidate %r: %r is not leaf=, gso=on|off or high_rate=" % (text, item))
+        config[key] = value if key != "gso" else value == "on"
+    return config
+
+
+def decide(per_candidate):
+    """The issue's rule: the best is the lowest with-classifier P99 (median of rounds) among the candidates that
+    keep >= 90% goodput at every rate measured; it replaces the first (today's) only where its per-round P99
+    range lies below the default's at every rate."""
+    names = list(next(iter(per_candidate.values())))
+    default = names[0]
+    keeps = [n for n in names if all(rate[n]["goodput_share"] >= 0.9 for rate in per_candidate.values())]
+    if not keeps:
+        return {"best": None, "replaces_default": False, "why": "no candidate keeps 90% of the link for bulk"}
+
+    def worst_p99(name):
+        return max(median(rate[name]["stages"][LLM_STAGES[2]]["round_p99_ms"]) for rate in per_candidate.values())
+    best = min(keeps, key=worst_p99)
+    apart = best != default and all(
+        rate[best]["with_round_p99_range_ms"][1] < rate[default]["with_round_p99_range_ms"][0]
+        for rate in per_candidate.values())
+    return {"best": best, "default": default, "replaces_default": apart,
+            "why": "best by with-classifier P99 among %s; %s" % (
+                ", ".join(keeps), "its per-round P99 range lies below the default's at every rate" if apart else
+                "the default stays (it is the best, or their per-round P99 ranges overlap)")}
 
 
 def main(argv=None):
@@ -423,6 +484,12 @@ def main(argv=None):
     parser.add_argument("--warmup-generations", type=int, default=1, help="--llm: unmeasured ones per stage")
     parser.add_argument("--max-tokens", type=int, default=64, help="--llm: tokens per generation")
     parser.add_argument("--prompt", default="Once upon a time")
+    parser.add_argument("--rates", help="--llm: link rates to measure one after the other, e.g. 20mbit,100mbit")
+    parser.add_argument("--sweep", action="store_true",
+                        help="--llm: the queue's candidates side by side in each round (%s), then the decision"
+                             % "; ".join(SWEEP_CANDIDATES))
+    parser.add_argument("--candidate", action="append", metavar="NAME:leaf=Q,gso=on|off,high_rate=R",
+                        help="--llm: a candidate of the sweep (repeat; the first is today's default)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", metavar="FILE", help="also write the raw result (JSON, with host, date and commit) "
                                                       "for the docs' benchmark pages")
@@ -454,35 +521,55 @@ def write_result(args, result):
 
 
 def run_llm(args):
-    bench = LlmBench(args)
-    if not args.json:
-        print("bench_netqos --llm: %d rounds of %s; %d generations of %d tokens per stage; link %s shaped by HTB "
-              "(inference class %s, leaves %s), %d bulk TCP flow(s), GSO %s; server on CPUs %s, the rest on %s"
-              % (args.rounds, ", ".join(LLM_STAGES), args.generations, args.max_tokens, args.rate, args.high_rate,
-                 args.leaf, args.flows, "on" if args.keep_gso else "off", format_cpulist(bench.server_cpus),
-                 format_cpulist(bench.system_cpus)), flush=True)
-    try:
-        rounds = bench.run()
-    finally:
-        bench.cleanup()
-    link_mbit = netqos.parse_rate(args.rate) * 8 / 1e6
-    summed = llm_summary(rounds, link_mbit)
-    result = dict(bench_pages.stamp("netqos-llm"), settings=settings_of(args), link_mbit=link_mbit,
-                  server_cpus=format_cpulist(bench.server_cpus), system_cpus=format_cpulist(bench.system_cpus),
-                  summary=summed, rounds=rounds)
-    write_result(args, result)
-    if not args.json:
-        print("%-32s %9s %9s %9s %9s %9s %12s" % ("stage", "TTFT P50", "TTFT P99", "tok P50", "tok P99", "tok max",
-                                                  "goodput"))
-        for name in LLM_STAGES:
-            s = summed["stages"][name]
-            print("%-32s %9.1f %9.1f %9.2f %9.2f %9.2f %7.2f Mbit" % (
-                name, s["ttft"]["p50_ms"], s["ttft"]["p99_ms"], s["inter_token"]["p50_ms"], s["inter_token"]["p99_ms"],
-                s["inter_token"]["max_ms"], median(s["goodput_mbit"])))
-        print("inter-token P99 (median of rounds): with the classifier / no bulk %.2fx (goal <= 1.3), without / no "
-              "bulk %.2fx (the load counts at >= 2); bulk goodput with the classifier %.0f%% of the link (goal >= 90%%)"
-              % (summed["with_vs_no_bulk_p99"], summed["without_vs_no_bulk_p99"], 100 * summed["goodput_share"]))
+    rates = [rate for rate in (args.rates or args.rate).split(",") if rate]
+    candidate_texts = args.candidate or (SWEEP_CANDIDATES if args.sweep else None)
+    runs, per_candidate = [], {}
+    for rate in rates:
+        args.rate = rate
+        bench = LlmBench(args)
+        candidates = [parse_sweep_candidate(text, rate) for text in candidate_texts] if candidate_texts else None
+        if not args.json:
+            print("bench_netqos --llm: %d rounds of %s%s; %d generations of %d tokens per stage; link %s shaped by "
+                  "HTB, %d bulk TCP flow(s); server on CPUs %s, the rest on %s" % (
+                      args.rounds, ", ".join(LLM_STAGES), " per candidate (%s)" % ", ".join(
+                          c["name"] for c in candidates) if candidates else "", args.generations, args.max_tokens,
+                      rate, args.flows, format_cpulist(bench.server_cpus), format_cpulist(bench.system_cpus)),
+                  flush=True)
+        try:
+            measured = bench.run(candidates)
+        finally:
+            bench.cleanup()
+        link_mbit = netqos.parse_rate(rate) * 8 / 1e6
+        configs = candidates or [bench.config]
+        per_candidate[rate] = dict((c["name"], llm_summary([m for m in measured if m["candidate"] == c["name"]],
+                                                           link_mbit)) for c in configs)
+        runs.append({"rate": rate, "link_mbit": link_mbit, "candidates": configs, "stages": measured})
+        if not args.json:
+            for config in configs:
+                print_llm_summary(config["name"], per_candidate[rate][config["name"]])
+    decision = decide(per_candidate) if candidate_texts else None
+    if decision and not args.json:
+        print("decision: %s" % decision["why"] + (": %s replaces the default" % decision["best"]
+                                                   if decision["replaces_default"] else ""))
+    write_result(args, dict(bench_pages.stamp("netqos-llm"), settings=settings_of(args),
+                            server_cpus=format_cpulist(bench.server_cpus),
+                            system_cpus=format_cpulist(bench.system_cpus),
+                            summary=per_candidate, decision=decision, runs=runs))
     return 0
+
+
+def print_llm_summary(name, summed):
+    print("%s:" % name)
+    print("  %-32s %9s %9s %9s %9s %9s %12s" % ("stage", "TTFT P50", "TTFT P99", "tok P50", "tok P99", "tok max",
+                                                "goodput"))
+    for stage in LLM_STAGES:
+        s = summed["stages"][stage]
+        print("  %-32s %9.1f %9.1f %9.2f %9.2f %9.2f %7.2f Mbit" % (
+            stage, s["ttft"]["p50_ms"], s["ttft"]["p99_ms"], s["inter_token"]["p50_ms"], s["inter_token"]["p99_ms"],
+            s["inter_token"]["max_ms"], median(s["goodput_mbit"])))
+    print("  inter-token P99 (median of rounds): with the classifier / no bulk %.2fx (goal <= 1.3), without / no "
+          "bulk %.2fx (the load counts at >= 2); bulk goodput with the classifier %.0f%% of the link (goal >= 90%%)"
+          % (summed["with_vs_no_bulk_p99"], summed["without_vs_no_bulk_p99"], 100 * summed["goodput_share"]))
 
 
 def run_echo(args):

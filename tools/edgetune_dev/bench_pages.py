@@ -226,33 +226,45 @@ def netqos_section(result):
 
 
 # ------------------------------------------------------------------ netqos-llm
+def _queue_words(config):
+    return "leaf queues %s, GSO %s, inference class rate %s" % (
+        "HTB's own" if config["leaf"] == "default" else config["leaf"], "on" if config["gso"] else "off",
+        config["high_rate"])
+
+
 def netqos_llm_section(result):
-    s, summed = result["settings"], result["summary"]
+    s = result["settings"]
     lines = [provenance(result), "",
              "llama-server (%s) in one network namespace on CPUs %s streams completions of %d tokens to the gate's "
-             "client in another; the link's egress on the server's side is shaped by the role's HTB tree at %s "
-             "(inference class rate %s, leaf queues %s), GSO %s. In the bulk stages %d TCP flows leave the server's "
-             "side on the "
-             "same egress; the senders, the sink and the client run on CPUs %s. %d alternated rounds of %d "
-             "generations per stage. Times in ms; goodput is what the bulk sink received (median of the rounds)." % (
-                 os.path.basename(s["model"]), result["server_cpus"], s["max_tokens"], s["rate"], s["high_rate"],
-                 "HTB's own" if s.get("leaf", "default") == "default" else s["leaf"],
-                 "on" if s["keep_gso"] else "off", s["flows"], result["system_cpus"], s["rounds"], s["generations"]),
-             ""]
-    rows = []
-    for name, stage in summed["stages"].items():
-        goodput = sorted(stage["goodput_mbit"])[len(stage["goodput_mbit"]) // 2]
-        rows.append((name, _ms(stage["ttft"]["p50_ms"]), _ms(stage["ttft"]["p99_ms"]),
-                     _ms(stage["inter_token"]["p50_ms"]), _ms(stage["inter_token"]["p99_ms"]),
-                     _ms(stage["inter_token"]["max_ms"]),
-                     "%s-%s" % (_ms(min(stage["round_p99_ms"])), _ms(max(stage["round_p99_ms"]))),
-                     "-" if name == "no bulk" else "%.1f" % goodput, stage["inter_token"]["count"]))
-    lines += _table(("stage", "TTFT P50", "TTFT P99", "inter-token P50", "P99", "max", "P99 per round",
-                     "bulk goodput Mbit/s", "gaps"), rows)
-    lines += ["", "Inter-token P99, median of the rounds: with the classifier %.2fx the no-bulk stage's, without it "
-                  "%.2fx; the bulk goodput with the classifier is %.0f%% of the link rate." % (
-                      summed["with_vs_no_bulk_p99"], summed["without_vs_no_bulk_p99"],
-                      100 * summed["goodput_share"])]
+             "client in another; the link's egress on the server's side is shaped by the role's HTB tree. In the "
+             "bulk stages %d TCP flows leave the server's side on the same egress; the senders, the sink and the "
+             "client run on CPUs %s. %d alternated rounds of %d generations per stage%s. Times in ms; goodput is "
+             "what the bulk sink received (median of the rounds)." % (
+                 os.path.basename(s["model"]), result["server_cpus"], s["max_tokens"], s["flows"],
+                 result["system_cpus"], s["rounds"], s["generations"],
+                 ", every candidate's stages in each round, in a shuffled order" if result.get("decision") else "")]
+    for run in result["runs"]:
+        for config in run["candidates"]:
+            summed = result["summary"][run["rate"]][config["name"]]
+            rows = []
+            for name, stage in summed["stages"].items():
+                goodput = sorted(stage["goodput_mbit"])[len(stage["goodput_mbit"]) // 2]
+                rows.append((name, _ms(stage["ttft"]["p50_ms"]), _ms(stage["ttft"]["p99_ms"]),
+                             _ms(stage["inter_token"]["p50_ms"]), _ms(stage["inter_token"]["p99_ms"]),
+                             _ms(stage["inter_token"]["max_ms"]),
+                             "%s-%s" % (_ms(min(stage["round_p99_ms"])), _ms(max(stage["round_p99_ms"]))),
+                             "-" if name == "no bulk" else "%.1f" % goodput, stage["inter_token"]["count"]))
+            lines += ["", "**%s, %s** (%s):" % (run["rate"], config["name"], _queue_words(config)), ""]
+            lines += _table(("stage", "TTFT P50", "TTFT P99", "inter-token P50", "P99", "max", "P99 per round",
+                             "bulk goodput Mbit/s", "gaps"), rows)
+            lines += ["", "Inter-token P99, median of the rounds: with the classifier %.2fx the no-bulk stage's, "
+                          "without it %.2fx; the bulk goodput with the classifier is %.0f%% of the link rate." % (
+                              summed["with_vs_no_bulk_p99"], summed["without_vs_no_bulk_p99"],
+                              100 * summed["goodput_share"])]
+    decision = result.get("decision")
+    if decision:
+        lines += ["", "Decision: %s%s." % (decision["why"], "; **%s** replaces the default" % decision["best"]
+                                          if decision["replaces_default"] else "")]
     return lines
 
 
