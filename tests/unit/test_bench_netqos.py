@@ -6,6 +6,8 @@ import pytest
 
 from edgetune_dev import bench_netqos as nq
 
+pytestmark = pytest.mark.controller  # the harness, on the controller
+
 
 def stages(p99_by_stage, goodput=19.0, rounds=3):
     """Measured stages of one candidate: every round's gaps put that stage's P99 at the given value."""

@@ -9,6 +9,7 @@ import pytest
 
 from edgetune_dev import CHECKOUT, bench_pages
 
+pytestmark = pytest.mark.controller  # the harness, on the controller
 RESULTS = CHECKOUT / "docs" / "benchmarks" / "results"
 
 
