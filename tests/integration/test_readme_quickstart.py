@@ -44,6 +44,13 @@ def host_of(blocks):
     return host
 
 
+def timings(output):
+    """"N s: command" for each command of the quick start that took a second or more."""
+    marks = [line.split(" ", 2) for line in output.splitlines() if line.startswith("quick-start-timer ")]
+    return ["%4d s: %s" % (int(after[1]) - int(before[1]), before[2][:100])
+            for before, after in zip(marks, marks[1:]) if int(after[1]) - int(before[1]) >= 1]
+
+
 @pytest.fixture(scope="module")
 def twin():
     manager.ensure_images([manager.board(BOARD)["distro"]])
@@ -73,10 +80,13 @@ def test_the_quick_start_ends_with_a_clean_audit_of_the_device(twin, tmp_path):
         "ansible_become": False, "ansible_python_interpreter": "/usr/bin/python3",
         "edge_cgroups_rt_runtime_us": 40000}))
     # The blocks in one shell, as a person pastes them one after the other; stop at the first failure.
-    script = "set -e\ncd %s\n" % work + "\n".join(blocks)
+    # Each command's time is said after it (bash's DEBUG trap; the blocks themselves run unchanged).
+    script = ("set -e\ncd %s\n" % work + "trap 'echo \"quick-start-timer $SECONDS $BASH_COMMAND\"' DEBUG\n"
+              + "\n".join(blocks) + "\n:")
     done = subprocess.run(["bash", "-c", script], cwd=str(work), env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, universal_newlines=True, timeout=1500, check=False)
     assert done.returncode == 0, done.stdout[-6000:]
+    print("\n".join(timings(done.stdout)))
     out = done.stdout
     assert "collection edgetune.fleet" in out and "MANIFEST.json of %s" % (work / "home") in out, out[:3000]
     assert re.search(r"^%s\s+ok\b" % re.escape(host), out, re.M), out[-3000:]  # the audit's table: clean
