@@ -36,7 +36,7 @@ def test_every_committed_result_is_published_under_its_host_date_and_commit(tmp_
 def test_the_committed_results_are_each_a_run_of_a_clean_checkout():
     for path in sorted(RESULTS.glob("*.json")):
         result = json.loads(path.read_text())
-        assert len(str(result["commit"]).split("-")[0]) == 40, path
+        assert len(str(result["commit"]).split("-", maxsplit=1)[0]) == 40, path
         assert not str(result["commit"]).endswith("-dirty"), "%s measured a checkout with changes" % path.name
 
 

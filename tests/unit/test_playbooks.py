@@ -68,7 +68,7 @@ def test_the_reboot_is_over_only_once_the_boot_has_settled(tmp_path, says, code,
     fake.write_text("#!/bin/sh\n[ -n '%s' ] && echo '%s' || echo 'Failed to connect to bus' >&2\nexit %d\n"
                     % (says, says, code))
     fake.chmod(0o755)
-    done = subprocess.run(["sh", "-c", reboot_test_command()], env=dict(os.environ, PATH="%s:/usr/bin:/bin"
-                                                                          % fake.parent),
+    path = "%s:/usr/bin:/bin" % fake.parent
+    done = subprocess.run(["sh", "-c", reboot_test_command()], env=dict(os.environ, PATH=path),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
     assert (done.returncode == 0) == ready, done.stdout

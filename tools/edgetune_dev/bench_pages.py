@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from edgetune_dev import CHECKOUT
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm_bench
 
 from edgetune.errors import UsageError
 
@@ -166,7 +167,28 @@ def llm_section(result):
     settings = ["`%s`: %s" % (c["name"], ", ".join("%s=%s" % kv for kv in sorted(c.items()) if kv[0] != "name"))
                 for c in result["candidates"]]
     lines += ["", "Candidates (the first is the runtime's default): " + "; ".join(settings) + "."]
+    same = same_on_this_host(result)
+    if same:
+        count = _cpu_count(result["host"].get("inference_cpus", ""))
+        lines += ["", "On this host (%d inference CPU%s) some candidates run the very same server: %s. Their spread "
+                      "is the run's own noise, the least difference this table can show." % (
+                          count, "" if count == 1 else "s",
+                          "; ".join(" = ".join("`%s`" % name for name in group) for group in same))]
     return lines
+
+
+def same_on_this_host(result):
+    """Groups of candidates whose thread rules resolve to the same numbers on the measured host."""
+    ncpus = _cpu_count(result["host"].get("inference_cpus", "")) or 1
+    groups = {}
+    for candidate in result["candidates"]:
+        resolved = dict(candidate, name=None)
+        resolved["threads"] = edge_llm_bench.resolve_threads(candidate["threads"], ncpus)
+        # llama-server's batch threads default to its threads.
+        resolved["threads_batch"] = edge_llm_bench.resolve_threads(candidate.get("threads_batch") or
+                                                                   candidate["threads"], ncpus)
+        groups.setdefault(json.dumps(resolved, sort_keys=True), []).append(candidate["name"])
+    return [names for names in groups.values() if len(names) > 1]
 
 
 # ------------------------------------------------------------------ audit
