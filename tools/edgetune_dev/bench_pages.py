@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from edgetune_dev import CHECKOUT
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm_bench
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_cpulist, edge_llm_bench
 
 from edgetune.errors import UsageError
 
@@ -114,14 +114,12 @@ def _short_commit(commit):
 
 
 def _cpu_count(cpulist):
-    count = 0
-    for part in str(cpulist).split(","):
-        if "-" in part:
-            low, high = part.split("-", 1)
-            count += int(high) - int(low) + 1
-        elif part.strip():
-            count += 1
-    return count
+    return len(edge_cpulist.parse_cpulist(str(cpulist))) if str(cpulist).strip() else 0
+
+
+def _cpus(cpulist):
+    """'CPU 1' or 'CPUs 0-3'."""
+    return "CPU%s %s" % ("" if _cpu_count(cpulist) == 1 else "s", cpulist)
 
 
 def _table(head, rows):
@@ -133,10 +131,10 @@ def _table(head, rows):
 # ------------------------------------------------------------------ llm-host
 def llm_section(result):
     lines = [provenance(result), "",
-             "%s, backend %s; inference CPUs %s, housekeeping CPUs %s; %d alternated rounds, %d generations of "
+             "%s, backend %s; inference on %s, housekeeping on %s; %d alternated rounds, %d generations of "
              "%d tokens per stage; the measuring client %s. Times in ms." % (
-                 result["model"], result["backend"], result["host"].get("inference_cpus"),
-                 result["host"].get("housekeeping_cpus"), result["rounds"], result["generations_per_stage"],
+                 result["model"], result["backend"], _cpus(result["host"].get("inference_cpus", "")),
+                 _cpus(result["host"].get("housekeeping_cpus", "")), result["rounds"], result["generations_per_stage"],
                  result["max_tokens"], "on the housekeeping CPUs at SCHED_FIFO 1" if result.get("client") ==
                  "housekeeping" else "with the server's placement and scheduling")]
     head = ("stage", "TTFT P99", "inter-token P50", "P99", "max", "tokens/s")
@@ -257,13 +255,13 @@ def _queue_words(config):
 def netqos_llm_section(result):
     s = result["settings"]
     lines = [provenance(result), "",
-             "llama-server (%s) in one network namespace on CPUs %s streams completions of %d tokens to the gate's "
+             "llama-server (%s) in one network namespace on %s streams completions of %d tokens to the gate's "
              "client in another; the link's egress on the server's side is shaped by the role's HTB tree. In the "
              "bulk stages %d TCP flows leave the server's side on the same egress; the senders, the sink and the "
-             "client run on CPUs %s. %d alternated rounds of %d generations per stage%s. Times in ms; goodput is "
+             "client run on %s. %d alternated rounds of %d generations per stage%s. Times in ms; goodput is "
              "what the bulk sink received (median of the rounds)." % (
-                 os.path.basename(s["model"]), result["server_cpus"], s["max_tokens"], s["flows"],
-                 result["system_cpus"], s["rounds"], s["generations"],
+                 os.path.basename(s["model"]), _cpus(result["server_cpus"]), s["max_tokens"], s["flows"],
+                 _cpus(result["system_cpus"]), s["rounds"], s["generations"],
                  ", every candidate's stages in each round, in a shuffled order" if result.get("decision") else "")]
     for run in result["runs"]:
         for config in run["candidates"]:
@@ -283,6 +281,9 @@ def netqos_llm_section(result):
                           "without it %.2fx; the bulk goodput with the classifier is %.0f%% of the link rate." % (
                               summed["with_vs_no_bulk_p99"], summed["without_vs_no_bulk_p99"],
                               100 * summed["goodput_share"])]
+            if not summed.get("load_strong_enough", True):
+                lines[-1] += (" Without the classifier the bulk traffic did not double the no-bulk P99: the load "
+                              "was too weak for this rate to judge the classifier.")
     decision = result.get("decision")
     if decision:
         lines += ["", "Decision: %s%s." % (decision["why"], "; **%s** replaces the default" % decision["best"]
