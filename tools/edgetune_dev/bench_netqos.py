@@ -36,7 +36,8 @@ import time
 
 from edgetune_dev import bench_pages  # (edgetune_dev also puts the checkout's collection on the import path)
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_netqos_loader as netqos
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import (format_cpulist, format_cpumask,
+                                                                                 parse_cpulist)
 
 A_ADDR, B_ADDR = "10.78.0.1", "10.78.0.2"
 INFER_PORT, BULK_PORT = 8000, 5001
@@ -177,8 +178,19 @@ class Bench(object):
             sh("ip", "-n", ns, "addr", "add", addr + "/24", "dev", dev)
             sh("ip", "-n", ns, "link", "set", "lo", "up")
             sh("ip", "-n", ns, "link", "set", dev, "up")
+            self.steer_receive(ns, dev)
         self.start(self.ns_b, SINK, self.sink_file)
         self.configure(self.config)
+
+    def steer_receive(self, ns, dev):
+        """The link's receive processing on the system's CPUs (RPS), as the role steers IRQs there.
+
+        A veth receives in the sender's softirq: without this, the bulk sink's TCP receive work
+        would run on the server's CPU whenever the server's send dequeues bulk packets, work that
+        a board's uplink hands to the peer machine. Written in the namespace's own sysfs, on the
+        bench's own device."""
+        mask = format_cpumask(self.system_cpus, max(self.system_cpus + self.server_cpus) + 1)
+        sh("ip", "netns", "exec", ns, "sh", "-c", 'echo %s > "/sys/class/net/%s/queues/rx-0/rps_cpus"' % (mask, dev))
 
     def configure(self, config):
         """The link as ``config`` says: GSO, the HTB tree and classifier at its rates, its leaves."""
@@ -521,6 +533,7 @@ def write_result(args, result):
 
 
 def run_llm(args):
+    stamp = bench_pages.stamp("netqos-llm")  # the checkout as it was when the run began
     rates = [rate for rate in (args.rates or args.rate).split(",") if rate]
     candidate_texts = args.candidate or (SWEEP_CANDIDATES if args.sweep else None)
     runs, per_candidate = [], {}
@@ -551,9 +564,9 @@ def run_llm(args):
     if decision and not args.json:
         print("decision: %s" % decision["why"] + (": %s replaces the default" % decision["best"]
                                                    if decision["replaces_default"] else ""))
-    write_result(args, dict(bench_pages.stamp("netqos-llm"), settings=settings_of(args),
+    write_result(args, dict(stamp, settings=settings_of(args),
                             server_cpus=format_cpulist(bench.server_cpus),
-                            system_cpus=format_cpulist(bench.system_cpus),
+                            system_cpus=format_cpulist(bench.system_cpus), receive_steered=True,
                             summary=per_candidate, decision=decision, runs=runs))
     return 0
 
@@ -573,6 +586,7 @@ def print_llm_summary(name, summed):
 
 
 def run_echo(args):
+    stamp = bench_pages.stamp("netqos-echo")
     bench = EchoBench(args)
     if not args.json:
         print("bench_netqos: %d rounds, %d probes of %d B per phase, link %s shaped by HTB (inference class %s), "
@@ -588,7 +602,7 @@ def run_echo(args):
                         "samples": len(results[mode])}
     summed["ratio_p50"] = summed["without"]["p50_ms"] / summed["with"]["p50_ms"]
     summed["ratio_p99"] = summed["without"]["p99_ms"] / summed["with"]["p99_ms"]
-    write_result(args, dict(bench_pages.stamp("netqos-echo"), settings=settings_of(args), summary=summed,
+    write_result(args, dict(stamp, settings=settings_of(args), summary=summed,
                             phases=phases))
     if args.json:
         return 0

@@ -258,10 +258,12 @@ def netqos_llm_section(result):
              "llama-server (%s) in one network namespace on %s streams completions of %d tokens to the gate's "
              "client in another; the link's egress on the server's side is shaped by the role's HTB tree. In the "
              "bulk stages %d TCP flows leave the server's side on the same egress; the senders, the sink and the "
-             "client run on %s. %d alternated rounds of %d generations per stage%s. Times in ms; goodput is "
+             "client run on %s%s. %d alternated rounds of %d generations per stage%s. Times in ms; goodput is "
              "what the bulk sink received (median of the rounds)." % (
                  os.path.basename(s["model"]), _cpus(result["server_cpus"]), s["max_tokens"], s["flows"],
-                 _cpus(result["system_cpus"]), s["rounds"], s["generations"],
+                 _cpus(result["system_cpus"]), ", and so does the link's receive processing (RPS), as the role "
+                 "steers IRQs to the housekeeping CPUs" if result.get("receive_steered") else "", s["rounds"],
+                 s["generations"],
                  ", every candidate's stages in each round, in a shuffled order" if result.get("decision") else "")]
     for run in result["runs"]:
         for config in run["candidates"]:
