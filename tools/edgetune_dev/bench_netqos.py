@@ -127,8 +127,10 @@ print(json.dumps(rtts))
 def sh(*argv, check=True):
     result = subprocess.run([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             universal_newlines=True, check=False)
-    if check and result.returncode != 0:
-        raise SystemExit("bench_netqos: %s failed: %s" % (" ".join(map(str, argv)), result.stderr.strip()))
+    if result.returncode != 0:
+        if check:
+            raise SystemExit("bench_netqos: %s failed: %s" % (" ".join(map(str, argv)), result.stderr.strip()))
+        return None
     return result.stdout
 
 
@@ -377,10 +379,31 @@ class LlmBench(Bench):
                 "inference_class_mbit": (after["1:10"] - before["1:10"]) * 8 / elapsed / 1e6,
                 "default_class_mbit": (after["1:20"] - before["1:20"]) * 8 / elapsed / 1e6}
 
+    def unavailable(self, candidates):
+        """{name: why} for the candidates whose leaf queue this kernel refuses (tried on the bench's link)."""
+        refused = {}
+        for candidate in candidates:
+            if candidate["leaf"] == "default":
+                continue
+            tried = sh(*(self.nsenter(self.ns_a) + ["tc", "qdisc", "replace", "dev", self.a, "parent", "1:20",
+                                                    "handle", "20:"] + candidate["leaf"].split()), check=False)
+            if tried is None:
+                refused[candidate["name"]] = "this kernel has no %s qdisc" % candidate["leaf"].split()[0]
+        self.apply()
+        return refused
+
     def run(self, candidates=None):
         """Rounds of the three stages; with ``candidates`` (the sweep), every candidate's three stages in
-        each round, in an order shuffled per round. Returns [stage, ...], each naming its round and candidate."""
+        each round, in an order shuffled per round. Returns [stage, ...], each naming its round and candidate.
+        Candidates whose leaf queue the kernel lacks are left out (``self.refused`` says why)."""
         self.setup()
+        self.refused = self.unavailable(candidates or [self.config])
+        if (candidates or [self.config])[0]["name"] in self.refused:
+            raise SystemExit("bench_netqos: the default candidate cannot run here: %s"
+                             % "; ".join(self.refused.values()))
+        candidates = [c for c in candidates or [] if c["name"] not in self.refused]
+        for name, why in sorted(self.refused.items()):
+            print("bench_netqos: candidate %s left out: %s" % (name, why), file=sys.stderr, flush=True)
         self.start_server()
         self.generations(1, 1)  # the model paged in before the first measured stage
         measured = []
@@ -536,7 +559,7 @@ def run_llm(args):
     stamp = bench_pages.stamp("netqos-llm")  # the checkout as it was when the run began
     rates = [rate for rate in (args.rates or args.rate).split(",") if rate]
     candidate_texts = args.candidate or (SWEEP_CANDIDATES if args.sweep else None)
-    runs, per_candidate = [], {}
+    runs, per_candidate, refused = [], {}, {}
     for rate in rates:
         args.rate = rate
         bench = LlmBench(args)
@@ -553,7 +576,8 @@ def run_llm(args):
         finally:
             bench.cleanup()
         link_mbit = netqos.parse_rate(rate) * 8 / 1e6
-        configs = candidates or [bench.config]
+        refused.update(bench.refused)
+        configs = [c for c in candidates if c["name"] not in refused] if candidates else [bench.config]
         per_candidate[rate] = dict((c["name"], llm_summary([m for m in measured if m["candidate"] == c["name"]],
                                                            link_mbit)) for c in configs)
         runs.append({"rate": rate, "link_mbit": link_mbit, "candidates": configs, "stages": measured})
@@ -567,7 +591,7 @@ def run_llm(args):
     write_result(args, dict(stamp, settings=settings_of(args),
                             server_cpus=format_cpulist(bench.server_cpus),
                             system_cpus=format_cpulist(bench.system_cpus), receive_steered=True,
-                            summary=per_candidate, decision=decision, runs=runs))
+                            summary=per_candidate, decision=decision, runs=runs, left_out=refused))
     return 0
 
 

@@ -286,6 +286,8 @@ def netqos_llm_section(result):
             if not summed.get("load_strong_enough", True):
                 lines[-1] += (" Without the classifier the bulk traffic did not double the no-bulk P99: the load "
                               "was too weak for this rate to judge the classifier.")
+    for name, why in sorted((result.get("left_out") or {}).items()):
+        lines += ["", "Candidate `%s` was not measured: %s." % (name, why)]
     decision = result.get("decision")
     if decision:
         lines += ["", "Decision: %s%s." % (decision["why"], "; **%s** replaces the default" % decision["best"]
