@@ -683,7 +683,8 @@ def read_live(ifname, with_maps=True):
     try:
         index = link_index(ipr, ifname)
         live = {"interface": ifname, "index": index, "root": None, "clsact": False, "classes": {},
-                "filters": [], "foreign_filters": 0}
+                "leaves": {}, "filters": [], "foreign_filters": 0}
+        inner = {}
         for qdisc in ipr.get_qdiscs(index=index):
             kind = _attr(qdisc, "TCA_KIND")
             if qdisc["parent"] == TC_H_ROOT:
@@ -694,6 +695,8 @@ def read_live(ifname, with_maps=True):
                 live["root"] = root
             elif kind == "clsact":
                 live["clsact"] = True
+            elif kind != "ingress":
+                inner[qdisc["parent"]] = {"kind": kind, "handle": qdisc["handle"]}
         if live["root"] and live["root"]["kind"] == "htb":
             for cls in ipr.get_classes(index=index):
                 if _attr(cls, "TCA_KIND") != "htb":
@@ -708,6 +711,8 @@ def read_live(ifname, with_maps=True):
                     "prio": parms.get("prio"), "leaf": parms.get("level") == 0,
                     "bytes": basic.get("bytes", 0), "packets": basic.get("packets", 0),
                     "drops": queue.get("drops", 0), "backlog": queue.get("backlog", 0)}
+            # A queue someone put behind a class (HTB's own leaf queue is not listed).
+            live["leaves"] = dict((classid, qdisc) for classid, qdisc in inner.items() if classid in live["classes"])
         if live["clsact"]:
             for hook in ("egress", "ingress"):
                 for row in tc_filters(ifname, hook):
@@ -774,6 +779,9 @@ def desired_state(settings, source_text, l2_len, cgroup=None):
                                         "ceil": settings["default_ceil"],
                                         "prio": 1, "leaf": True},
         },
+        # Each leaf class queues in HTB's own FIFO: the network bench measured no other leaf queue
+        # (this kernel has none of fq_codel, cake, fq), and a queue put there by hand is drift.
+        "leaves": {},
         "cflags": cflags,
         "filter_name": fingerprint(source_text, cflags),
         "ports": dict((port, settings["high_class"]) for port in settings["ports"]),
@@ -784,7 +792,8 @@ def desired_state(settings, source_text, l2_len, cgroup=None):
 
 def compare(desired, live):
     """(plan, differences): what apply has to do, and one line per difference."""
-    plan = {"root": "ok", "clsact": live["clsact"], "filter": "ok", "extra_filters": [], "maps": False}
+    plan = {"root": "ok", "clsact": live["clsact"], "filter": "ok", "extra_filters": [], "maps": False,
+            "leaves": []}
     diffs = []
     root = live["root"]
     if not root or root["kind"] != "htb" or root["handle"] != ROOT_HANDLE:
@@ -819,6 +828,12 @@ def compare(desired, live):
                         shown = format_rate if key != "prio" else str
                         diffs.append("class %s %s is %s, want %s" % (format_classid(classid), key,
                                                                      shown(have[key] or 0), shown(want[key])))
+        if plan["root"] in ("ok", "rates"):
+            for classid, queue in sorted(live.get("leaves", {}).items()):
+                if queue["kind"] != desired["leaves"].get(classid, {}).get("kind"):
+                    plan["leaves"].append((classid, queue))
+                    diffs.append("class %s queues in %s %s, want HTB's own" % (
+                        format_classid(classid), queue["kind"], format_handle(queue["handle"])))
     if not live["clsact"]:
         diffs.append("no clsact qdisc")
     ours = [f for f in live["filters"] if f["pref"] == FILTER_PREF and f["handle"] == FILTER_HANDLE]
@@ -1001,6 +1016,12 @@ def apply_interface(settings, source=None, replace_root=False):
                     undo.append(((lambda c=classid, o=old: _htb_class(ipr, "change-class", index, c, o)), None))
                     report["actions"].append("class %s rate %s ceil %s prio %d" % (
                         format_classid(classid), format_rate(want["rate"]), format_rate(want["ceil"]), want["prio"]))
+        for classid, queue in plan["leaves"]:
+            ipr.tc("del", index=index, handle=queue["handle"], parent=classid)
+            undo.append((lambda: None, "the %s queue behind class %s was removed" % (queue["kind"],
+                                                                                   format_classid(classid))))
+            report["actions"].append("class %s back to HTB's own queue (was %s)" % (format_classid(classid),
+                                                                                   queue["kind"]))
         _fault("qdisc")
         if not live["clsact"]:
             ipr.tc("add", "clsact", index)
@@ -1115,7 +1136,8 @@ def status_interface(ifname):
         classes.append({"class": format_classid(classid), "parent": format_classid(cls["parent"])
                         if cls["parent"] != TC_H_ROOT else "root", "rate": cls["rate"], "ceil": cls["ceil"],
                         "prio": cls["prio"], "bytes": cls["bytes"], "packets": cls["packets"],
-                        "drops": cls["drops"]})
+                        "drops": cls["drops"], "queue": live["leaves"][classid]["kind"]
+                        if classid in live["leaves"] else ("htb" if cls["leaf"] else None)})
     program = _program_summary(live)
     maps = None
     ours = [f for f in live["filters"] if f["pref"] == FILTER_PREF]
@@ -1159,9 +1181,10 @@ def print_status(report):
     else:
         _echo("  no edgetune classifier attached")
     for cls in report["classes"]:
-        _echo("  class %-6s parent %-5s rate %-10s ceil %-10s prio %s  %12d bytes %9d packets %6d dropped" % (
+        _echo("  class %-6s parent %-5s rate %-10s ceil %-10s prio %s  %12d bytes %9d packets %6d dropped%s" % (
             cls["class"], cls["parent"], format_rate(cls["rate"] or 0), format_rate(cls["ceil"] or 0), cls["prio"],
-            cls["bytes"], cls["packets"], cls["drops"]))
+            cls["bytes"], cls["packets"], cls["drops"], "" if cls.get("queue") in (None, "htb")
+            else ", queue %s" % cls["queue"]))
 
 
 # ------------------------------------------------------------------- CLI

@@ -636,6 +636,17 @@ def test_the_drift_audit_reads_the_live_classifier_against_the_recorded_settings
     pair.tc("class", "change", "dev", pair.a, "parent", "1:", "classid", "1:1", "htb", "rate", "50mbit")
     [result] = audit_in_ns(pair, checks)
     assert result["state"] == "drifted" and "rate" in result["detail"], result
+    # So is a queue put behind a class by hand (the tree's leaves queue in HTB's own FIFO); the role
+    # takes it away again.
+    stats, tasks = run_role(pair, tmp_path)
+    assert stats["failures"] == 0, failed(tasks)
+    pair.tc("qdisc", "add", "dev", pair.a, "parent", "1:20", "handle", "20:", "bfifo", "limit", "3000")
+    [result] = audit_in_ns(pair, checks)
+    assert result["state"] == "drifted" and "class 1:20 queues in bfifo 20:" in result["detail"], result
+    stats, tasks = run_role(pair, tmp_path)
+    assert stats["failures"] == 0 and stats["changed"] > 0, failed(tasks)
+    assert audit_in_ns(pair, checks)[0]["state"] == "ok"
+    assert "bfifo" not in pair.tc("qdisc", "show", "dev", pair.a)
 
 
 def test_role_reports_unsupported_kernels_and_changes_nothing(pair, tmp_path):

@@ -352,6 +352,17 @@ def test_plan_rebuilds_a_tree_with_other_classes():
     assert "htb classes are 1:1 1:20 1:30, want 1:1 1:10 1:20" in diffs
 
 
+def test_a_queue_put_behind_a_class_is_drift_and_removed():
+    want = desired()
+    live = live_like(want, leaves={0x10020: {"kind": "sfq", "handle": 0x200000}})
+    plan, diffs = bpf.compare(want, live)
+    assert diffs == ["class 1:20 queues in sfq 20:, want HTB's own"]
+    assert plan["root"] == "ok" and plan["leaves"] == [(0x10020, {"kind": "sfq", "handle": 0x200000})]
+    # A tree rebuilt from scratch takes its leaves with it: nothing to remove one by one.
+    plan, _diffs = bpf.compare(want, dict(live_like(desired(high_class="1:30")), leaves=live["leaves"]))
+    assert plan["root"] == "rebuild" and plan["leaves"] == []
+
+
 def test_plan_updates_maps_when_only_ports_differ():
     want = desired(ports="8000,8001")
     plan, diffs = bpf.compare(want, live_like(desired()))
