@@ -626,7 +626,7 @@ def run_echo(args):
                         "samples": len(results[mode])}
     summed["ratio_p50"] = summed["without"]["p50_ms"] / summed["with"]["p50_ms"]
     summed["ratio_p99"] = summed["without"]["p99_ms"] / summed["with"]["p99_ms"]
-    write_result(args, dict(stamp, settings=settings_of(args), summary=summed,
+    write_result(args, dict(stamp, settings=settings_of(args), receive_steered=True, summary=summed,
                             phases=phases))
     if args.json:
         return 0

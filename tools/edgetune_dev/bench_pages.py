@@ -227,11 +227,12 @@ def netqos_section(result):
     s = result["settings"]
     lines = [provenance(result), "",
              "A veth pair between two network namespaces, the sender's egress shaped by the role's HTB tree at "
-             "%s (inference class rate %s); %d bulk TCP flow(s) fill it; GSO %s. A probe sends %d B to the "
+             "%s (inference class rate %s); %d bulk TCP flow(s) fill it; GSO %s%s. A probe sends %d B to the "
              "inference port and waits for the echo, %d times per phase; phases without and with the classifier "
              "alternate over %d rounds. Times in ms." % (
-                 s["rate"], s["high_rate"], s["flows"], "on" if s["keep_gso"] else "off", s["size"], s["count"],
-                 s["rounds"]), ""]
+                 s["rate"], s["high_rate"], s["flows"], "on" if s["keep_gso"] else "off",
+                 "; the link's receive processing on the system's CPUs (RPS)" if result.get("receive_steered") else "",
+                 s["size"], s["count"], s["rounds"]), ""]
     summary = result["summary"]
     lines += _table(("", "P50", "P99", "samples"),
                     [("without the classifier", _ms(summary["without"]["p50_ms"]), _ms(summary["without"]["p99_ms"]),
