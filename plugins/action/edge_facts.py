@@ -8,8 +8,10 @@ were five). The documentation is plugins/modules/edge_facts.py."""
 import glob
 import json
 import os
+import time
 
 import yaml
+from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.edgetune.fleet.plugins.action.edge_lease import this_run
@@ -19,6 +21,10 @@ from ansible_collections.edgetune.fleet.plugins.module_utils import edge_lease
 MODULE = "edgetune.fleet.edge_facts"
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 CONTROLLER_ARGS = ("profiles_dirs", "strict_topology")
+# How a module ends when its device goes away under it: killed (SIGTERM, SIGKILL, directly or as the shell's
+# 128 + N) or its connection dropped (ssh's 255).
+GONE_RCS = (-15, -9, 143, 137, 255)
+BACK_POLL_S = 5
 
 
 def load_profiles(directories):
@@ -112,4 +118,32 @@ class ActionModule(ActionBase):
             task_vars.get("inventory_hostname"), "another apply holds this device: %s" % edge_lease.describe(held_by),
             "it has ended, taking its lease over" if lease.get("ended_run") else
             "waiting up to %s s for it" % lease.get("wait", 600)))
-        return self._execute_module(module_name=MODULE, module_args=dict(args, lease=lease), task_vars=task_vars)
+        return self._wait(args, lease, held_by, task_vars)
+
+    def _wait(self, args, lease, held_by, task_vars):
+        """The take that waits (on the device, up to the lease's wait). Where the device goes away meanwhile
+        (the run that holds it rebooted it), wait for it to come back and go on waiting, to the same end."""
+        began = time.time()
+        deadline = began + int(lease.get("wait", 600))
+        host = task_vars.get("inventory_hostname")
+        while True:
+            left = dict(lease, wait=max(0, int(round(deadline - time.time()))))
+            try:
+                result = self._execute_module(module_name=MODULE, module_args=dict(args, lease=left),
+                                              task_vars=task_vars)
+                if not (result.get("unreachable") or (result.get("failed") and result.get("rc") in GONE_RCS)):
+                    if isinstance(result.get("lease"), dict) and result["lease"].get("taken"):
+                        result["lease"]["waited_s"] = round(time.time() - began, 1)  # over every try
+                    return result
+                why = result.get("msg") or "rc %s" % result.get("rc")
+            except AnsibleConnectionFailure as exc:
+                why = str(exc)
+            if time.time() >= deadline:
+                first_line = (why.strip().splitlines() or ["?"])[0]
+                return {"failed": True, "msg": "another apply holds this device: %s; the device went away while "
+                        "this run waited for it and was not free within %s s (edge_lease_wait): %s" % (
+                            edge_lease.describe(held_by), lease.get("wait", 600), first_line)}
+            self._display.display("%s: the device went away while this run waited for its lease (rebooted by "
+                                  "the run that holds it?); waiting for it to come back" % host)
+            self._connection.reset()
+            time.sleep(BACK_POLL_S)

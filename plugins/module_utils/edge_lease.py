@@ -12,6 +12,12 @@ taken in an earlier boot, is taken over (the previous holder is reported); the
 same run takes its own lease again (after its reboot, for instance). A file
 lock serializes the read-decide-write, so two applies starting together never
 both win. Check mode and the audit only read it.
+
+A run that reboots the device on purpose keeps its lease through the reboot:
+right before it, the lease is copied to a file that outlives the boot (the
+hand-over), which holds the device for that run until the run takes the lease
+again in the new boot, or until the hand-over expires (a run that never came
+back). Another run that waited meanwhile keeps waiting.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -30,6 +36,8 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import E
 # back (a refused apply leaves no trace in /etc or /var). The boot id is checked all the same, for a
 # lease file placed elsewhere.
 LEASE_FILE = "/run/edgetune/apply.lease"
+# The lease kept through its holder's reboot (/run is empty after it); beside a lease placed elsewhere.
+HANDOVER_FILE = "/var/lib/edgetune/apply.lease.reboot"
 FORMAT = 1
 POLL_S = 2.0
 HOLDER_KEYS = ("run_id", "controller", "user", "playbook")
@@ -62,6 +70,38 @@ def _write(path, doc):
         handle.flush()
         os.fsync(handle.fileno())
     os.rename(temporary, path)
+    _sync_dir(path)
+
+
+def _sync_dir(path):
+    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def handover_path(path=LEASE_FILE):
+    return HANDOVER_FILE if path == LEASE_FILE else path + ".reboot"
+
+
+def current(path=LEASE_FILE, boot_id=None):
+    """The lease that stands for the device: the lease file, else a hand-over its holder left before
+    rebooting (in a later boot only: before the reboot the lease file itself holds)."""
+    doc = read(path)
+    if doc is None:
+        kept = read(handover_path(path))
+        if kept is not None and kept.get("through_reboot") and kept.get("boot_id") != boot_id:
+            doc = kept
+    return doc
+
+
+def _drop_handover(path):
+    try:
+        os.unlink(handover_path(path))
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            raise
 
 
 def describe(doc, now=None):
@@ -82,7 +122,7 @@ def standing(doc, run_id, boot_id, now, ended_run=None):
         return "own"
     if ended_run and doc.get("run_id") == ended_run:
         return "ended"
-    if doc.get("boot_id") != boot_id:
+    if doc.get("boot_id") != boot_id and not doc.get("through_reboot"):
         return "earlier boot"
     if doc.get("expires", 0) <= now:
         return "expired"
@@ -110,30 +150,49 @@ def take(holder, ttl, wait, path=LEASE_FILE, boot_id_path=BOOT_ID, clock=time.ti
     while True:
         with _lock(path):
             now = clock()
-            current = read(path)
-            why = standing(current, holder["run_id"], boot_id, now, ended_run)
+            lease = current(path, boot_id)
+            why = standing(lease, holder["run_id"], boot_id, now, ended_run)
             if why is not None:
                 doc = dict((key, holder[key]) for key in HOLDER_KEYS)
                 doc.update(format=FORMAT, boot_id=boot_id, pid=os.getpid(), expires=now + ttl,
-                           since=current["since"] if why == "own" else now)
+                           since=lease["since"] if why == "own" else now)
                 _write(path, doc)
+                if lease is not None and lease.get("through_reboot"):
+                    _drop_handover(path)
                 return {"changed": why != "own", "waited_s": round(now - began, 1), "held_by": None,
-                        "took_over": ("%s lease of %s" % (why, describe(current, now)))
+                        "took_over": ("%s lease of %s" % (why, describe(lease, now)))
                         if why in ("ended", "expired", "earlier boot") else None}
             if wait <= 0:
-                return {"changed": False, "waited_s": 0, "took_over": None, "held_by": current}
+                return {"changed": False, "waited_s": 0, "took_over": None, "held_by": lease}
             if now - began >= wait:
                 raise EdgeError("another apply holds this device: %s; waited %d s (edge_lease_wait). The lease "
-                                "is given back at the end of that run, or expires" % (describe(current, now),
+                                "is given back at the end of that run, or expires" % (describe(lease, now),
                                                                                       int(now - began)),
-                                holder=current)
+                                holder=lease)
         sleep(min(POLL_S, max(0.1, wait - (now - began))))
 
 
 def peek(run_id=None, path=LEASE_FILE, boot_id_path=BOOT_ID, clock=time.time):
     """The lease of another run that would stop an apply now (check mode, the audit timer), or None."""
-    current = read(path)
-    return current if standing(current, run_id, read_boot_id(boot_id_path), clock()) is None else None
+    boot_id = read_boot_id(boot_id_path)
+    lease = current(path, boot_id)
+    return lease if standing(lease, run_id, boot_id, clock()) is None else None
+
+
+def keep_through_reboot(run_id, grace, path=LEASE_FILE, clock=time.time):
+    """Right before this run reboots the device: its lease, copied where it outlives the boot, holds the
+    device for ``grace`` seconds (until the run takes it again in the new boot). False when the run does
+    not hold the lease."""
+    with _lock(path):
+        lease = read(path)
+        if lease is None or lease.get("run_id") != run_id:
+            return False
+        kept = handover_path(path)
+        directory = os.path.dirname(kept)
+        if directory:
+            os.makedirs(directory, 0o755, exist_ok=True)
+        _write(kept, dict(lease, through_reboot=True, expires=clock() + grace))
+        return True
 
 
 def give_back(run_id, path=LEASE_FILE):
@@ -141,14 +200,17 @@ def give_back(run_id, path=LEASE_FILE):
     if not os.path.exists(path):
         return False
     with _lock(path):
-        current = read(path)
-        if current is None or current.get("run_id") != run_id:
+        lease = read(path)
+        if lease is None or lease.get("run_id") != run_id:
             return False
         try:
             os.unlink(path)
         except OSError as exc:
             if exc.errno != errno.ENOENT:
                 raise
+        kept = read(handover_path(path))
+        if kept is not None and kept.get("run_id") == run_id:  # a reboot that never happened
+            _drop_handover(path)
         return True
 
 

@@ -1018,10 +1018,9 @@ def apply_interface(settings, source=None, replace_root=False):
                         format_classid(classid), format_rate(want["rate"]), format_rate(want["ceil"]), want["prio"]))
         for classid, queue in plan["leaves"]:
             ipr.tc("del", index=index, handle=queue["handle"], parent=classid)
-            undo.append((lambda: None, "the %s queue behind class %s was removed" % (queue["kind"],
-                                                                                   format_classid(classid))))
-            report["actions"].append("class %s back to HTB's own queue (was %s)" % (format_classid(classid),
-                                                                                   queue["kind"]))
+            named = (queue["kind"], format_classid(classid))
+            undo.append((lambda: None, "the %s queue behind class %s was removed" % named))
+            report["actions"].append("class %s back to HTB's own queue (was %s)" % named[::-1])
         _fault("qdisc")
         if not live["clsact"]:
             ipr.tc("add", "clsact", index)

@@ -20,6 +20,10 @@ description:
     lease, one taken in an earlier boot, or one of a run of the same controller that has ended is taken over.
   - O(state=taken) takes the lease again for this run (after the run's own reboot, whose new boot would
     otherwise let another run take it over), waiting like the first take.
+  - O(state=rebooting), right before this run reboots the device, keeps its lease through the reboot; a copy
+    that outlives the boot (C(/var/lib/edgetune/apply.lease.reboot), beside O(path) where that is elsewhere)
+    holds the device for this run for O(ttl) seconds, until O(state=taken) in the new boot takes the lease
+    again and removes the copy. A run that waits for the device meanwhile keeps waiting.
   - The lease is a JSON file (C(/run/edgetune/apply.lease)); a lock file serializes every change.
   - The action plugin fills in O(holder) with this run of ansible-playbook.
 version_added: "0.3.0"
@@ -27,12 +31,15 @@ author:
   - edgetune contributors (!UNKNOWN)
 options:
   state:
-    description: C(released) removes the lease when this run holds it; C(taken) takes or renews it.
+    description:
+      - C(released) removes the lease when this run holds it; C(taken) takes or renews it; C(rebooting) keeps
+        it through the reboot this run is about to make.
     type: str
-    choices: [released, taken]
+    choices: [released, taken, rebooting]
     default: released
   ttl:
-    description: With O(state=taken), seconds the lease is valid.
+    description: With O(state=taken), seconds the lease is valid; with O(state=rebooting), seconds the kept
+      lease holds the device while it reboots.
     type: int
     default: 3600
   wait:
@@ -61,6 +68,11 @@ attributes:
 """
 
 EXAMPLES = r"""
+- name: Keep this run's lease through the reboot it makes next
+  edgetune.fleet.edge_lease:
+    state: rebooting
+    ttl: 900
+
 - name: Give the device's apply lease back
   edgetune.fleet.edge_lease:
     state: released
@@ -69,6 +81,10 @@ EXAMPLES = r"""
 RETURN = r"""
 released:
   description: With O(state=released), whether this run held the lease and removed it.
+  returned: always
+  type: bool
+kept:
+  description: With O(state=rebooting), whether this run held the lease and kept it through the reboot.
   returned: always
   type: bool
 took_over:
@@ -84,23 +100,27 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import E
 
 def main():
     module = AnsibleModule(
-        argument_spec={"state": {"type": "str", "choices": ["released", "taken"], "default": "released"},
+        argument_spec={"state": {"type": "str", "choices": ["released", "taken", "rebooting"],
+                                 "default": "released"},
                        "ttl": {"type": "int", "default": 3600}, "wait": {"type": "int", "default": 600},
                        "holder": {"type": "dict", "required": True},
                        "path": {"type": "path", "default": edge_lease.LEASE_FILE}},
         supports_check_mode=True)
     params = module.params
     if module.check_mode:
-        module.exit_json(changed=False, released=False, took_over=None)
+        module.exit_json(changed=False, released=False, kept=False, took_over=None)
     try:
         if params["state"] == "released":
             released = edge_lease.give_back(params["holder"].get("run_id"), params["path"])
-            module.exit_json(changed=False, released=released, took_over=None)
+            module.exit_json(changed=False, released=released, kept=False, took_over=None)
+        if params["state"] == "rebooting":
+            kept = edge_lease.keep_through_reboot(params["holder"].get("run_id"), params["ttl"], params["path"])
+            module.exit_json(changed=False, released=False, kept=kept, took_over=None)
         found = edge_lease.take(params["holder"], params["ttl"], params["wait"], params["path"])
     except (EdgeError, OSError) as exc:
         module.fail_json(msg=str(exc))
     # Bookkeeping of the run, not a setting: never reported as a change.
-    module.exit_json(changed=False, released=False, took_over=found["took_over"])
+    module.exit_json(changed=False, released=False, kept=False, took_over=found["took_over"])
 
 
 if __name__ == "__main__":

@@ -97,6 +97,66 @@ def test_a_second_apply_waits_fails_naming_the_first_and_then_gets_it(tmp_path):
     assert fourth.wait(timeout=60) == 0
 
 
+def descendants(pid):
+    """The processes below ``pid`` (from /proc)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/stat" % entry) as handle:
+                text = handle.read()
+            parents[int(entry)] = int(text[text.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError):
+            continue
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def test_a_waiting_apply_outlives_the_device_going_away_and_then_gets_the_lease(tmp_path):
+    """The holder reboots the device while a second run waits on it: the waiting module dies with the
+    device (here: killed, as the reboot does). The second run says so, waits for the device to come
+    back, goes on waiting for the lease, and takes it when the first gives it back."""
+    (tmp_path / "root").mkdir()
+    first = start(tmp_path, "first", 0)
+    wait_for(tmp_path / "first.json", first)
+    second = start(tmp_path, "second", 120)
+    said = []
+    while not any("another apply holds this device" in line for line in said):
+        line = second.stdout.readline()
+        assert line, "".join(said)
+        said.append(line)
+    modules = []
+    deadline = time.time() + 30
+    while not modules:
+        assert time.time() < deadline, "no module of the second run is waiting"
+        modules = [pid for pid in descendants(second.pid) if b"ansible-playbook" not in
+                   Path("/proc/%d/cmdline" % pid).read_bytes()]
+        time.sleep(0.2)
+    time.sleep(1)
+    for pid in modules:
+        try:
+            os.kill(pid, 15)
+        except ProcessLookupError:
+            pass
+    line = ""
+    while "went away" not in line:
+        line = second.stdout.readline()
+        assert line, "the second run never said the device went away"
+    assert "waiting for it to come back" in line
+    time.sleep(3)
+    assert second.poll() is None                                    # still waiting
+    (tmp_path / "first.go").write_text("")
+    assert first.wait(timeout=60) == 0
+    taken = wait_for(tmp_path / "second.json", second, seconds=60)
+    assert taken["taken"] is True and taken["waited_s"] > 0
+    (tmp_path / "second.go").write_text("")
+    second.communicate(timeout=60)
+    assert second.returncode == 0
+
+
 def test_a_board_no_profile_matches_fails_in_the_first_task_and_gives_the_lease_back(tmp_path):
     """edge_facts matches the board on the controller in the task that took the lease: an unknown
     board stops the run there, with one line, and the lease goes back (the run changed nothing)."""

@@ -108,6 +108,58 @@ def test_only_the_holder_gives_it_back_and_check_mode_only_peeks(paths):
     assert lease.peek("other", **paths) is None
 
 
+def reboot(paths, boot_id="boot-2"):
+    """What a reboot leaves: /run emptied (the lease file gone), a new boot id."""
+    os.unlink(paths["path"])
+    with open(paths["boot_id_path"], "w") as handle:
+        handle.write(boot_id + "\n")
+
+
+def test_a_run_keeps_its_lease_through_its_own_reboot(paths):
+    clock = Clock()
+    lease.take(holder(), 3600, 0, clock=clock, **paths)
+    assert lease.keep_through_reboot("awx:7:9", 900, paths["path"], clock=clock) is False  # not the holder's
+    assert lease.keep_through_reboot("ctl:100:555", 900, paths["path"], clock=clock) is True
+    kept = lease.handover_path(paths["path"])
+    assert json.loads(open(kept).read())["through_reboot"] is True
+    # Before the reboot the lease file holds as ever; the copy is not read in the same boot.
+    assert lease.peek("awx:7:9", clock=clock, **paths)["run_id"] == "ctl:100:555"
+    reboot(paths)
+    clock.now += 60
+    # Another run waiting across the reboot still finds the device held by the rebooting run.
+    found = lease.take(holder("awx:7:9", user="awx"), 600, 0, clock=clock, **paths)
+    assert found["held_by"]["run_id"] == "ctl:100:555" and not os.path.exists(paths["path"])
+    assert lease.peek("awx:7:9", clock=clock, **paths)["run_id"] == "ctl:100:555"
+    with pytest.raises(EdgeError, match="another apply holds this device: controller ctl"):
+        lease.take(holder("awx:7:9", user="awx"), 600, 10, clock=clock, sleep=clock.sleep, **paths)
+    # The holder takes it again in the new boot: its own lease, the copy gone.
+    again = lease.take(holder(), 3600, 0, clock=clock, **paths)
+    assert again["changed"] is False and again["took_over"] is None
+    doc = json.loads(open(paths["path"]).read())
+    assert (doc["boot_id"], doc["since"], doc.get("through_reboot")) == ("boot-2", 1000.0, None)
+    assert not os.path.exists(kept)
+
+
+def test_a_run_that_never_came_back_from_its_reboot_is_taken_over_after_the_grace(paths):
+    clock = Clock()
+    lease.take(holder(), 3600, 0, clock=clock, **paths)
+    lease.keep_through_reboot("ctl:100:555", 900, paths["path"], clock=clock)
+    reboot(paths)
+    clock.now += 901
+    found = lease.take(holder("awx:7:9", user="awx"), 600, 0, clock=clock, **paths)
+    assert found["changed"] is True and found["took_over"].startswith("expired lease of controller ctl")
+    assert not os.path.exists(lease.handover_path(paths["path"]))
+
+
+def test_a_reboot_that_did_not_happen_leaves_no_copy_behind(paths):
+    clock = Clock()
+    lease.take(holder(), 3600, 0, clock=clock, **paths)
+    lease.keep_through_reboot("ctl:100:555", 900, paths["path"], clock=clock)
+    assert lease.give_back("ctl:100:555", paths["path"]) is True
+    assert not os.path.exists(lease.handover_path(paths["path"]))
+    assert lease.handover_path() == "/var/lib/edgetune/apply.lease.reboot"
+
+
 def test_a_holder_without_a_name_is_refused():
     with pytest.raises(EdgeError, match="the lease's holder has no run_id, user"):
         lease.take({"controller": "c", "playbook": "p"}, 60, 0, path="/nonexistent/x")
