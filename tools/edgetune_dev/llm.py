@@ -554,10 +554,6 @@ def package_model(out_dir, golden_build, cache=None, also=()):
     return package(manifest, {"model.gguf": (model.read_bytes(), 0o644)}, out_dir, stem, compresslevel=1)
 
 
-def _version_tuple(text):
-    return tuple(int(part) for part in re.findall(r"\d+", text))
-
-
 def deployable(artifacts_dir, machine, glibc):
     """The llama-server artifact that runs on a device (``machine`` as ``uname -m`` says, ``glibc``
     as ``getconf GNU_LIBC_VERSION`` says) and the GGUF engine, from the manifests the packager wrote
