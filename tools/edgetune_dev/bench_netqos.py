@@ -458,7 +458,7 @@ SWEEP_CANDIDATES = (
     "fq_codel:leaf=fq_codel,gso=on,high_rate=20%",
     "fq_codel-gso-off:leaf=fq_codel,gso=off,high_rate=20%",
     "cake:leaf=cake,gso=on,high_rate=20%",
-    "fq_codel-gso-off-high-50:leaf=fq_codel,gso=off,high_rate=50%",
+    "high-50:leaf=default,gso=on,high_rate=50%",
 )
 
 
