@@ -18,7 +18,7 @@ import time
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm, edge_llm_bench
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write, read_json
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write, fsync_directory, read_json
 
 RECORD = "/etc/edgetune/autotune.json"
 # A measurement waits here until the deploy of its choice has passed the gates: the record names
@@ -180,7 +180,9 @@ def accept_pending(root="/"):
     pending = os.path.join(root, PENDING.lstrip("/"))
     if not os.path.exists(pending):
         return False
-    os.rename(pending, os.path.join(root, RECORD.lstrip("/")))
+    record = os.path.join(root, RECORD.lstrip("/"))
+    os.rename(pending, record)
+    fsync_directory(os.path.dirname(record))
     return True
 
 

@@ -31,6 +31,7 @@ import time
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_bootfile import BOOT_ID, read_boot_id
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import fsync_directory
 
 # In /run: gone at the next boot with whatever run held it; nothing of it outlives a run that gave it
 # back (a refused apply leaves no trace in /etc or /var). The boot id is checked all the same, for a
@@ -70,15 +71,7 @@ def _write(path, doc):
         handle.flush()
         os.fsync(handle.fileno())
     os.rename(temporary, path)
-    _sync_dir(path)
-
-
-def _sync_dir(path):
-    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    fsync_directory(os.path.dirname(path) or ".")
 
 
 def handover_path(path=LEASE_FILE):
