@@ -318,7 +318,8 @@ def render(results):
         if not results[kind]:
             lines.append("No result of this benchmark is committed yet.")
         for result in reversed(results[kind]):  # the newest first
-            lines += ["## %s, %s" % (result["measured_at"][:10], _host_name(result["host"])), ""]
+            lines += ["## %s %s UTC, %s" % (result["measured_at"][:10], result["measured_at"][11:16],
+                                           _host_name(result["host"])), ""]
             lines += SECTIONS[kind](result) + [""]
         pages[name + ".md"] = "\n".join(lines).rstrip() + "\n"
     return pages
