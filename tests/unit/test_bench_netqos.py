@@ -59,3 +59,7 @@ def test_sweep_candidates_parse_and_refuse_unknown_keys():
     assert all(nq.parse_sweep_candidate(text, "20mbit") for text in nq.SWEEP_CANDIDATES)
     with pytest.raises(SystemExit):
         nq.parse_sweep_candidate("x:queue=fq_codel", "20mbit")
+
+
+def test_the_llm_bench_loads_a_faster_link_with_more_flows():
+    assert [nq.llm_flows(rate) for rate in ("10mbit", "20mbit", "100mbit", "1gbit")] == [4, 4, 16, 166]

@@ -462,6 +462,10 @@ SWEEP_CANDIDATES = (
 )
 
 
+def llm_flows(rate):
+    return max(4, int(netqos.parse_rate(rate) * 8 / 1e6 // 6))
+
+
 def parse_sweep_candidate(text, rate):
     name, _sep, rest = text.partition(":")
     config = {"name": name, "leaf": "default", "gso": False, "high_rate": "20%", "rate": rate}
@@ -505,7 +509,8 @@ def main(argv=None):
     parser.add_argument("--gap", type=float, default=0.005, help="echo: seconds between probes (default %(default)s)")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of bulk before measuring")
     parser.add_argument("--settle", type=float, default=1.0, help="echo: seconds after switching mode")
-    parser.add_argument("--flows", type=int, help="bulk TCP flows (default 1 echo, 4 --llm)")
+    parser.add_argument("--flows", type=int, help="bulk TCP flows (default 1 echo; --llm: one per 6 Mbit/s of "
+                                                  "the rate, at least 4: 4 at 20 Mbit/s, 16 at 100)")
     parser.add_argument("--keep-gso", action="store_true", help="leave GSO/TSO on the veth pair")
     parser.add_argument("--leaf", default="default",
                         help="the queue behind each HTB class: default (what the role's tree has) or a tc qdisc "
@@ -530,6 +535,7 @@ def main(argv=None):
                                                       "for the docs' benchmark pages")
     args = parser.parse_args(argv)
     args.rounds = args.rounds or (5 if args.llm else 3)
+    args.flows_given = args.flows
     args.flows = args.flows or (4 if args.llm else 1)
     if os.geteuid() != 0:
         raise SystemExit("bench_netqos: run as root (network namespaces, tc, eBPF)")
@@ -562,6 +568,9 @@ def run_llm(args):
     runs, per_candidate, refused = [], {}, {}
     for rate in rates:
         args.rate = rate
+        # At 100 Mbit/s 4 flows barely disturb the gaps between tokens (a steady queue delays every
+        # token alike); 16 did (measured): the load grows with the rate.
+        args.flows = args.flows_given or llm_flows(rate)
         bench = LlmBench(args)
         candidates = [parse_sweep_candidate(text, rate) for text in candidate_texts] if candidate_texts else None
         if not args.json:
@@ -580,7 +589,8 @@ def run_llm(args):
         configs = [c for c in candidates if c["name"] not in refused] if candidates else [bench.config]
         per_candidate[rate] = dict((c["name"], llm_summary([m for m in measured if m["candidate"] == c["name"]],
                                                            link_mbit)) for c in configs)
-        runs.append({"rate": rate, "link_mbit": link_mbit, "candidates": configs, "stages": measured})
+        runs.append({"rate": rate, "link_mbit": link_mbit, "flows": args.flows, "candidates": configs,
+                     "stages": measured})
         if not args.json:
             for config in configs:
                 print_llm_summary(config["name"], per_candidate[rate][config["name"]])

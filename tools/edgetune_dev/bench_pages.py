@@ -258,10 +258,11 @@ def netqos_llm_section(result):
     lines = [provenance(result), "",
              "llama-server (%s) in one network namespace on %s streams completions of %d tokens to the gate's "
              "client in another; the link's egress on the server's side is shaped by the role's HTB tree. In the "
-             "bulk stages %d TCP flows leave the server's side on the same egress; the senders, the sink and the "
+             "bulk stages TCP flows (as many as each rate's heading says) leave the server's side on the same "
+             "egress; the senders, the sink and the "
              "client run on %s%s. %d alternated rounds of %d generations per stage%s. Times in ms; goodput is "
              "what the bulk sink received (median of the rounds)." % (
-                 os.path.basename(s["model"]), _cpus(result["server_cpus"]), s["max_tokens"], s["flows"],
+                 os.path.basename(s["model"]), _cpus(result["server_cpus"]), s["max_tokens"],
                  _cpus(result["system_cpus"]), ", and so does the link's receive processing (RPS), as the role "
                  "steers IRQs to the housekeeping CPUs" if result.get("receive_steered") else "", s["rounds"],
                  s["generations"],
@@ -277,7 +278,8 @@ def netqos_llm_section(result):
                              _ms(stage["inter_token"]["max_ms"]),
                              "%s-%s" % (_ms(min(stage["round_p99_ms"])), _ms(max(stage["round_p99_ms"]))),
                              "-" if name == "no bulk" else "%.1f" % goodput, stage["inter_token"]["count"]))
-            lines += ["", "**%s, %s** (%s):" % (run["rate"], config["name"], _queue_words(config)), ""]
+            lines += ["", "**%s, %s** (%d bulk flows; %s):" % (run["rate"], config["name"],
+                                                              run.get("flows", s["flows"]), _queue_words(config)), ""]
             lines += _table(("stage", "TTFT P50", "TTFT P99", "inter-token P50", "P99", "max", "P99 per round",
                              "bulk goodput Mbit/s", "gaps"), rows)
             lines += ["", "Inter-token P99, median of the rounds: with the classifier %.2fx the no-bulk stage's, "
