@@ -150,8 +150,8 @@ def take(holder, ttl, wait, path=LEASE_FILE, boot_id_path=BOOT_ID, clock=time.ti
                 doc.update(format=FORMAT, boot_id=boot_id, pid=os.getpid(), expires=now + ttl,
                            since=lease["since"] if why == "own" else now)
                 _write(path, doc)
-                if lease is not None and lease.get("through_reboot"):
-                    _drop_handover(path)
+                # Whoever holds the device now, a hand-over left before a reboot is spent (or its run is gone).
+                _drop_handover(path)
                 return {"changed": why != "own", "waited_s": round(now - began, 1), "held_by": None,
                         "took_over": ("%s lease of %s" % (why, describe(lease, now)))
                         if why in ("ended", "expired", "earlier boot") else None}

@@ -196,3 +196,13 @@ def test_the_controller_tells_a_run_that_ended(tmp_path):
     assert lease.run_has_ended("ctl:43:777", "ctl", str(proc)) is True           # gone
     assert lease.run_has_ended("awx:43:777", "ctl", str(proc)) is False          # another controller's: unknown
     assert lease.run_has_ended("ctl:43:?", "ctl", str(proc)) is False
+
+
+def test_a_copy_left_by_a_run_that_died_before_its_reboot_goes_with_the_next_take(paths):
+    clock = Clock()
+    lease.take(holder(), 3600, 0, clock=clock, **paths)
+    lease.keep_through_reboot("ctl:100:555", 900, paths["path"], clock=clock)
+    clock.now += 3601  # the run died; its lease expired in this same boot
+    found = lease.take(holder("awx:7:9", user="awx"), 600, 0, clock=clock, **paths)
+    assert found["took_over"].startswith("expired lease of controller ctl")
+    assert not os.path.exists(lease.handover_path(paths["path"]))
