@@ -779,8 +779,8 @@ def desired_state(settings, source_text, l2_len, cgroup=None):
                                         "ceil": settings["default_ceil"],
                                         "prio": 1, "leaf": True},
         },
-        # Each leaf class queues in HTB's own FIFO: the network bench measured no other leaf queue
-        # (this kernel has none of fq_codel, cake, fq), and a queue put there by hand is drift.
+        # Each leaf class queues in HTB's own FIFO, the only leaf queue the network bench could measure
+        # (its host's kernel has no fq_codel, cake or fq); a queue put there by hand is drift.
         "leaves": {},
         "cflags": cflags,
         "filter_name": fingerprint(source_text, cflags),
