@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_slice
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 
 MAX_PORTS = 16
@@ -226,13 +227,14 @@ def format_handle(handle):
 
 
 def slice_path(name):
-    """Where systemd puts a slice: a dash is a level, so "ai-infer.slice" is
-    the cgroup ai.slice/ai-infer.slice (systemd.slice(5))."""
-    stem = name[:-len(".slice")]
-    parts = stem.split("-")
-    if stem == "" or "" in parts:
+    """Where systemd puts a slice: "ai-infer.slice" is the cgroup ai.slice/ai-infer.slice."""
+    try:
+        path = edge_slice.slice_cgroup(name).lstrip("/")
+    except ValueError:
+        path = ""
+    if not path:  # not a slice name, or the root slice
         raise NetQosError("cgroup %r is not a slice name systemd would nest" % name)
-    return "/".join("-".join(parts[:i + 1]) + ".slice" for i in range(len(parts)))
+    return path
 
 
 def normalize_cgroup(value, mount=None):

@@ -18,26 +18,16 @@ import re
 from fractions import Fraction
 
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.edge_slice import slice_cgroup
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import (
     read_kernel_value as read_value, under, write_kernel_value as write_value)
 
 RUNTIME = "cpu.rt_runtime_us"
 PERIOD = "cpu.rt_period_us"
-_SLICE = re.compile(r"^[A-Za-z0-9:_.\\]+(-[A-Za-z0-9:_.\\]+)*\.slice$")
 
 
 # --------------------------------------------------------------------------
 # Where things are
-
-def slice_cgroup(name):
-    """'ai-infer.slice' -> '/ai.slice/ai-infer.slice' (systemd's dash hierarchy)."""
-    if name == "-.slice":
-        return "/"
-    if not _SLICE.match(name or ""):
-        raise EdgeError("%r is not a slice unit name (like ai-infer.slice)" % name)
-    parts = name[:-len(".slice")].split("-")
-    return "/" + "/".join("-".join(parts[:i + 1]) + ".slice" for i in range(len(parts)))
-
 
 def _unescape(field):
     """A mountinfo field with its octal escapes (``\\040`` for a space) decoded."""

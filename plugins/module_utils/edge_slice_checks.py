@@ -14,6 +14,8 @@ AllowedMemoryNodes, MemoryHigh) are reported unsupported there, with the reason.
 """
 import re
 
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_slice
+
 CPU_PERIOD_US = 100000
 SHARES_MIN, SHARES_MAX = 2, 262144
 UNIFIED_ARG = "systemd.unified_cgroup_hierarchy=1"
@@ -36,8 +38,7 @@ def systemd_roots(proc1_cgroup):
 
 def slice_dir(name):
     """The slice's cgroup below systemd's: a-b.slice lives in a.slice (a.slice/a-b.slice)."""
-    parts = name[:-len(".slice")].split("-")
-    return "/".join("-".join(parts[:i + 1]) + ".slice" for i in range(len(parts)))
+    return edge_slice.slice_cgroup(name).lstrip("/")
 
 
 def v2_only(slice_part):

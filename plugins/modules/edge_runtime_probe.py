@@ -124,6 +124,7 @@ unpinned_threads:
 import re  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_slice  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import (  # noqa: E402
     compute_threads, explain_rt_refusal, port_holders, rt_budget_chain)
@@ -144,18 +145,11 @@ def transient(module, slice_name, properties, argv):
     return module.run_command(command + argv)
 
 
-def slice_chain(slice_name):
-    """The slice and the slices systemd nests it in, deepest first: ai-infer.slice -> [ai-infer.slice, ai.slice]."""
-    stem = slice_name[:-len(".slice")] if slice_name.endswith(".slice") else ""
-    parts = stem.split("-") if stem and stem != "-" else []
-    return ["-".join(parts[:i]) + ".slice" for i in range(len(parts), 0, -1)]
-
-
 def inactive_slices(module, slice_name):
     """The slices of the chain that are not active now (a probe's transient unit starts them)."""
     systemctl = module.get_bin_path("systemctl", required=True)
     found = []
-    for name in slice_chain(slice_name):
+    for name in edge_slice.slice_chain(slice_name):
         rc, out, _err = module.run_command([systemctl, "show", "--property=ActiveState", "--value", name])
         if rc == 0 and out.strip() != "active":
             found.append(name)
@@ -269,6 +263,10 @@ def main():
     if sched:
         if not 1 <= sched["priority"] <= 99:
             module.fail_json(msg="sched.priority %d is not an RT priority (1-99)" % sched["priority"])
+        try:
+            edge_slice.slice_chain(sched["slice"])
+        except ValueError as exc:
+            module.fail_json(msg="sched.slice: %s" % exc)
         started = inactive_slices(module, sched["slice"]) if sched["policy"] != "other" or sched["cpus"] else []
         try:
             result["fifo"] = probe_fifo(module, sched)

@@ -259,9 +259,6 @@ def test_compute_threads_one_per_owned_cpu_half_when_shared(pinned, online, thre
 def test_probe_stops_again_the_slices_it_started():
     """A probe's transient unit starts its slice (and the slices above it): those that were not
     active before are stopped again, so that a refused deploy leaves no cgroup behind."""
-    assert edge_runtime_probe.slice_chain("ai-infer.slice") == ["ai-infer.slice", "ai.slice"]
-    assert edge_runtime_probe.slice_chain("system.slice") == ["system.slice"]
-    assert edge_runtime_probe.slice_chain("-.slice") == []
     calls = []
 
     class Module(object):
