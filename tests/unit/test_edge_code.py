@@ -249,7 +249,8 @@ def test_the_device_programs_are_their_entries_and_everything_they_import():
     assert {f["dest"] for f in edge_package.program_files("audit")} >= {
         "edge_audit.py", "ansible_collections/edgetune/fleet/plugins/module_utils/edge_audit.py"}
     netqos = [f["src"] for f in edge_package.program_files("netqos")]
-    assert netqos == ["plugins/module_utils/edge_error.py", "plugins/module_utils/edge_netqos_loader.py"]
+    assert netqos == ["plugins/module_utils/edge_error.py", "plugins/module_utils/edge_netqos_loader.py",
+                      "plugins/module_utils/edge_slice.py"]
     # One package, one role: every program's files once.
     package = edge_package.files()
     assert sorted(f["src"] for f in package) == sorted(set(audit + boot + netqos))
