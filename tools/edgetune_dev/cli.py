@@ -28,6 +28,7 @@ COMMANDS = [  # (command, the modules that add it, its help)
     ("runtime", ["edgetune_dev.artifacts"], "the reference inference runtime and its engine"),
     ("vm", ["edgetune_dev.vm.cli"], "the VM twin: real kernel and bootloader under qemu (emulated)"),
     ("ee", ["edgetune_dev.ee"], "the execution environment (extras/awx): build it, test it (make ee)"),
+    ("faults", ["edgetune_dev.faults"], "an apply's write points, observed on a twin (fault campaign)"),
 ]
 # Commands whose arguments are a module's own main(argv)'s: (command words, module, help).
 PASSED = [
@@ -39,6 +40,8 @@ PASSED = [
                                                         "(runs with the system Python, which has bcc)"),
     (("bench", "pages"), "edgetune_dev.bench_pages",
      "the docs' benchmark pages from the committed raw results (make docs)"),
+    (("faults", "trace"), "edgetune_dev.faults.writepoints",
+     "run a playbook against a container twin under strace: every change it makes, grouped"),
     (("role-readme",), "edgetune_dev.role_readme", "render (or --check) every role's README.md"),
 ]
 # The checkout's scripts (scripts/, run in the checkout with the arguments given): (command, file, help).

@@ -61,7 +61,9 @@ DOCKER_CPU_CGROUPS = ("/sys/fs/cgroup/cpu/docker", "/sys/fs/cgroup/cpu,cpuacct/d
 # the inference traffic classifier on their own eth0 (bcc compiles it against the
 # host's kernel headers, mounted read-only: see kernel_header_mounts()).
 BASE_PACKAGES = ["systemd", "systemd-sysv", "dbus", "python3", "python3-apt", "iproute2",
-                 "procps", "kmod", "e2fsprogs", "util-linux", "stress-ng", "python3-bpfcc", "python3-pyroute2"]
+                 "procps", "kmod", "e2fsprogs", "util-linux", "stress-ng", "python3-bpfcc", "python3-pyroute2",
+                 # the fault harness traces what an apply changes (edgetune-dev faults trace)
+                 "strace"]
 BOOT_TIMEOUT = 90
 # Host packages, as host_packages.require() takes them: {package: commands it provides}.
 DOCKER_PACKAGES = {"docker.io": ["docker", "dockerd"]}
