@@ -1,6 +1,6 @@
 """The write points of an apply, observed: every change it makes to a device twin, at the system call.
 
-`edgetune-dev faults trace -i INVENTORY -l TWIN [--playbook site.yml] [-e VARS]... [--out DIR]`
+`edgetune-dev faults trace -i INVENTORY -l TWIN [--playbook site.yml] [-e VARS]... [-t TAGS] [--out DIR]`
 runs the playbook against one container twin with the device's Python under
 strace: each module Ansible runs there, and every program it starts (a
 `shell` task's redirection, systemctl, tc), is traced from its first system
@@ -219,16 +219,15 @@ def boot_id(twin):
     return docker("exec", twin, "cat", "/proc/sys/kernel/random/boot_id", check=False).stdout.decode().strip()
 
 
-def trace_apply(twin, inventory, playbook="site.yml", extra=(), out_dir=None, cwd=CHECKOUT, timeout=1800):
-    """Run ``playbook`` against ``twin`` (a container twin in ``inventory``) under the tracer. Returns the run
-    (rc, output tail), its events, groups, judged renames and the directory of the raw traces."""
+def trace_apply(twin, inventory, playbook="site.yml", ansible_args=(), out_dir=None, cwd=CHECKOUT, timeout=1800):
+    """Run ``playbook`` against ``twin`` (a container twin in ``inventory``) under the tracer, with
+    ``ansible_args`` (-e, --tags...) after it, from ``cwd``. Returns the run (rc, output tail), its events,
+    groups, judged renames and the directory of the raw traces."""
     out_dir = Path(out_dir or tempfile.mkdtemp(prefix="edgetune-trace-"))
     prepare(twin)
     booted = boot_id(twin)
     argv = ["ansible-playbook", "-i", str(inventory), "-l", twin, str(playbook),
-            "-e", json.dumps({"ansible_python_interpreter": INTERPRETER})]
-    for value in extra:
-        argv += ["-e", value]
+            "-e", json.dumps({"ansible_python_interpreter": INTERPRETER}), *ansible_args]
     env = dict(os.environ, ANSIBLE_PIPELINING="False", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     started = time.time()
     try:
@@ -266,6 +265,8 @@ def main(argv=None):
     parser.add_argument("-l", "--limit", required=True, metavar="TWIN", help="the twin (its container's name)")
     parser.add_argument("--playbook", default="site.yml", help="the playbook to trace (default: site.yml)")
     parser.add_argument("-e", "--extra-vars", action="append", default=[], help="as ansible-playbook's")
+    parser.add_argument("-t", "--tags", help="as ansible-playbook's")
+    parser.add_argument("--skip-tags", help="as ansible-playbook's")
     parser.add_argument("--out", help="where the raw traces and write-points.json go (default: a new "
                                       "directory under .cache/faults/)")
     args = parser.parse_args(argv)
@@ -274,7 +275,10 @@ def main(argv=None):
         raise UsageError("--out %s is not empty" % out)
     if shutil.which("ansible-playbook") is None:
         raise UsageError("ansible-playbook is not on PATH (make venv, then use the venv's)")
-    result = trace_apply(args.limit, args.inventory, args.playbook, args.extra_vars, out)
+    ansible_args = [word for value in args.extra_vars for word in ("-e", value)]
+    ansible_args += ["--tags", args.tags] if args.tags else []
+    ansible_args += ["--skip-tags", args.skip_tags] if args.skip_tags else []
+    result = trace_apply(args.limit, args.inventory, args.playbook, ansible_args, out)
     summary = dict(result, events=len(result["events"]))
     (out / "write-points.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     print(table(result))
