@@ -25,7 +25,9 @@ def test_the_device_program_waits_for_health_and_measures_streamed_generations(l
     runs = json.loads(done.stdout)["runs"]
     assert len(runs) == 2 and len(handler.requests) == 3   # one warm-up, two measured
     assert all(run["tokens"] == [" Paris", ".", " It", " is"] and len(run["gaps_ms"]) == 3 for run in runs)
-    assert all(run["ttft_ms"] >= 55 and min(run["gaps_ms"]) >= 15 for run in runs)
+    # The server sleeps 60 ms before the first token and 20 ms before each next one: a loaded machine may
+    # deliver two tokens at once (one gap near 0, the next 40 ms), never sooner than they were sent.
+    assert all(run["ttft_ms"] >= 55 and sum(run["gaps_ms"]) >= 55 for run in runs)
     assert handler.requests[0]["stream"] is True and handler.requests[0]["temperature"] == 0
 
 
