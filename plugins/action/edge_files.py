@@ -12,7 +12,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.edgetune.fleet.plugins.lookup.collection_file import collection_path
 
-FILE_KEYS = frozenset(("dest", "src", "content", "mode"))
+FILE_KEYS = frozenset(("dest", "src", "content", "mode", "unit"))
 
 
 def module_files(files, directory=None):
@@ -51,6 +51,8 @@ def module_files(files, directory=None):
         entry = {"dest": dest, "content_b64": base64.b64encode(data).decode("ascii")}
         if item.get("mode") is not None:
             entry["mode"] = str(item["mode"])
+        if item.get("unit") is not None:
+            entry["unit"] = item["unit"]
         result.append(entry)
     return result
 

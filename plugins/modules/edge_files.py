@@ -46,6 +46,14 @@ options:
         description: The file's mode, in octal.
         type: str
         default: "0644"
+      unit:
+        description:
+          - The file is a systemd unit or drop-in. Where the device has C(systemd-analyze), its new content is
+            checked with C(systemd-analyze verify) under its own name before any file of the task is written,
+            and a content systemd refuses fails the task naming the file. Not in check mode, where the programs
+            a unit runs may not be installed yet.
+        type: bool
+        default: false
   directory:
     description: The directory on the device that relative O(files[].dest) paths are under.
     type: path
@@ -121,6 +129,8 @@ import os
 import pwd
 import shutil
 import stat
+import subprocess
+import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -129,6 +139,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import 
 
 # Ansible's own limit for showing a file in a diff (DEFAULT max_diff_size).
 MAX_DIFF_BYTES = 104448
+SYSTEMD_ANALYZE = "/usr/bin/systemd-analyze"
 
 
 def resolve_id(value, database, kind):
@@ -216,6 +227,31 @@ def plan(files, uid, gid):
     return planned
 
 
+def verify_units(planned, analyze=None):
+    """Each unit whose content is new or changes, checked by systemd-analyze verify in a directory of its own
+    under its own name (it wants the unit's name: systemd 247 has no FILE:UNIT form) before anything is
+    written; nothing is checked where the device has no systemd-analyze."""
+    analyze = analyze or SYSTEMD_ANALYZE
+    if not os.access(analyze, os.X_OK):
+        return
+    for item in planned:
+        if not item.get("unit") or (item["current"] == item["data"] and "new" not in item["reasons"]):
+            continue
+        scratch = tempfile.mkdtemp(prefix="edge_files-verify-")
+        try:
+            path = os.path.join(scratch, os.path.basename(item["dest"]))
+            with open(path, "wb") as handle:
+                handle.write(item["data"])
+            done = subprocess.run([analyze, "verify", path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  universal_newlines=True, check=False)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        if done.returncode != 0:
+            said = [line.replace(path, item["dest"]) for line in done.stdout.strip().splitlines()][:3]
+            raise EdgeError("edge_files: systemd refuses the new %s (systemd-analyze verify): %s; nothing was written"
+                            % (item["dest"], " | ".join(said) or "exit %d" % done.returncode))
+
+
 def install(planned, uid, gid, directory_mode):
     """Write the planned files that need it; returns the directories created."""
     created = []
@@ -287,13 +323,14 @@ def run(params, check_mode):
         else:
             raise EdgeError("edge_files: %s has no content (src is read by the action plugin on the controller)"
                             % dest)
-        files.append(dict(dest=dest, data=data,
+        files.append(dict(dest=dest, data=data, unit=bool(item.get("unit")),
                           mode=parse_mode(item.get("mode") or "0644", "mode of %s" % dest)))
     planned = plan(files, uid, gid)
     removed = to_remove(params.get("absent") or [], files)
     written = [item["dest"] for item in planned if item["reasons"]]
     directories = sorted({d for item in planned if item["reasons"] for d in missing_directories(item["dest"])})
     if not check_mode:
+        verify_units(planned)
         directories = install(planned, uid, gid, directory_mode)
         remove(removed)
     return dict(changed=bool(written or removed), written=written, directories=directories, removed=removed,
@@ -305,7 +342,8 @@ def main():
         argument_spec=dict(
             files=dict(type="list", elements="dict", required=True, options=dict(
                 dest=dict(type="path", required=True), src=dict(type="str"), content=dict(type="str"),
-                content_b64=dict(type="str", no_log=False), mode=dict(type="str", default="0644"))),
+                content_b64=dict(type="str", no_log=False), mode=dict(type="str", default="0644"),
+                unit=dict(type="bool", default=False))),
             directory=dict(type="path"),
             owner=dict(type="str", default="root"),
             group=dict(type="str", default="root"),

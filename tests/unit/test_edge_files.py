@@ -194,3 +194,58 @@ def test_an_absent_path_that_holds_a_file_to_install_is_refused_before_any_write
     assert not (tmp_path / "lib").exists()
     with pytest.raises(EdgeError, match="absent 'lib' is not an absolute path"):
         edge_files.run(dict(params, absent=["lib"]), check_mode=False)
+
+
+def fake_analyze(tmp_path, refuse):
+    """A systemd-analyze that records what it was asked to verify and refuses units containing ``refuse``."""
+    seen = tmp_path / "verified"
+    script = tmp_path / "systemd-analyze"
+    script.write_text("#!/bin/sh\necho \"$2\" >> %s\nif grep -q '%s' \"$2\"; then echo \"$2:3: bad line\"; exit 1; fi\n"
+                      % (seen, refuse))
+    script.chmod(0o755)
+    return str(script), seen
+
+
+def test_a_unit_systemd_refuses_fails_the_task_before_any_file_is_written(tmp_path):
+    analyze, seen = fake_analyze(tmp_path, "Broken=")
+    good = dict(item(tmp_path / "etc/ai-infer.slice", b"[Slice]\nCPUWeight=100\n"), unit=True)
+    bad = dict(item(tmp_path / "etc/edgetune-probe.service", b"[Service]\nBroken=yes\n"), unit=True)
+    plain = item(tmp_path / "etc/notes.txt", b"not a unit\n")
+    planned = edge_files.plan([good, plain, bad], UID, GID)
+    with pytest.raises(EdgeError, match=r"systemd refuses the new .*/etc/edgetune-probe.service .*"
+                                        r"edgetune-probe.service:3: bad line; nothing was written"):
+        edge_files.verify_units(planned, analyze)
+    assert not (tmp_path / "etc").exists()
+    # Each unit under its own name (systemd-analyze wants it), the plain file not at all.
+    assert [os.path.basename(line) for line in seen.read_text().split()] == ["ai-infer.slice",
+                                                                             "edgetune-probe.service"]
+    # An unchanged unit is not checked again; with no systemd-analyze on the device nothing is.
+    edge_files.install(edge_files.plan([good], UID, GID), UID, GID, 0o755)
+    seen.unlink()
+    edge_files.verify_units(edge_files.plan([good], UID, GID), analyze)
+    edge_files.verify_units(planned, str(tmp_path / "no-such-analyze"))
+    assert not seen.exists()
+
+
+@pytest.mark.skipif(not os.access("/usr/bin/systemd-analyze", os.X_OK), reason="no systemd-analyze here")
+def test_the_real_systemd_analyze_refuses_a_relative_command(tmp_path):
+    bad = dict(item(tmp_path / "x.service", b"[Service]\nExecStart=relative-path\n"), unit=True)
+    with pytest.raises(EdgeError, match="relative-path"):
+        edge_files.verify_units(edge_files.plan([bad], UID, GID))
+    good = dict(item(tmp_path / "ai-infer.slice", b"[Unit]\nDescription=x\n[Slice]\nCPUWeight=100\n"), unit=True)
+    edge_files.verify_units(edge_files.plan([good], UID, GID))
+
+
+def test_check_mode_reports_a_unit_without_verifying_it_and_the_real_run_refuses_it_whole(tmp_path, monkeypatch):
+    analyze, seen = fake_analyze(tmp_path, "Broken=")
+    monkeypatch.setattr(edge_files, "SYSTEMD_ANALYZE", analyze)
+    params = {"files": [{"dest": str(tmp_path / "etc/a.conf"), "content": "a\n"},
+                        {"dest": str(tmp_path / "etc/x.service"), "content": "[Service]\nBroken=1\n", "unit": True}],
+              "owner": str(UID), "group": str(GID), "directory_mode": "0755", "absent": []}
+    # Check mode: the programs a unit runs may not be installed yet; the change is reported.
+    assert edge_files.run(params, check_mode=True)["written"] == [str(tmp_path / "etc/a.conf"),
+                                                                  str(tmp_path / "etc/x.service")]
+    assert not seen.exists()
+    with pytest.raises(EdgeError, match="systemd refuses the new"):
+        edge_files.run(params, check_mode=False)
+    assert not (tmp_path / "etc").exists()
