@@ -39,6 +39,13 @@ class AnsibleConfig:
         return self.path or "no ansible.cfg (Ansible's defaults)"
 
 
+# The environment of a run whose stdout is Ansible's JSON report. The operator's enabled callbacks
+# (profile_tasks, timer) print on that stdout too: the run enables only the report's own callback (an
+# empty list is refused by ansible-core; the stdout callback named again is loaded once).
+JSON_REPORT_ENV = {"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json",
+                   "EDGETUNE_NO_SUMMARY": "1", "ANSIBLE_NOCOLOR": "1"}
+
+
 def config_in_effect():
     """Ansible's own search for ansible.cfg and its reading of it (environment variables included)."""
     try:
@@ -155,7 +162,7 @@ def run_json_playbook(playbook, options):
     config = config_in_effect()
     target, env = collection_playbook(config, playbook)
     env = dict(os.environ, **env)
-    env.update(ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", EDGETUNE_NO_SUMMARY="1", ANSIBLE_NOCOLOR="1")
+    env.update(JSON_REPORT_ENV)
     # Ansible's prompts (-k, -K, --ask-vault-pass) go to the terminal; its report comes on stdout.
     done = subprocess.run(options.playbook_argv(ansible_playbook(), target), env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, universal_newlines=True, check=False)

@@ -69,8 +69,7 @@ def run_plan(config, options):
     target, env_add = ansible_setup.collection_playbook(config, "preflight")
     argv = options.playbook_argv(ansible_setup.ansible_playbook(), str(PLAYBOOK),
                                  "-e", "edgetune_preflight=%s" % target)
-    env = dict(ansible_env(config), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", EDGETUNE_NO_SUMMARY="1",
-               **env_add)
+    env = dict(ansible_env(config), **dict(ansible_setup.JSON_REPORT_ENV, **env_add))
     done = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, check=False)
     try:

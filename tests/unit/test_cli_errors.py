@@ -190,6 +190,19 @@ def test_plan_and_audit_of_an_unreachable_device_exit_3(site):
     assert json.loads(done.stdout)["hosts"]["ghost"]["status"] == "unreachable"
 
 
+def test_callbacks_the_operator_enabled_do_not_break_the_reports(site, tmp_path):
+    """profile_tasks and timer, often enabled in an ansible.cfg, print on the stdout that carries the JSON
+    report the plan and verify read: the reports come all the same."""
+    config = site / "ansible.cfg"
+    config.write_text(config.read_text() + "callbacks_enabled = ansible.posix.profile_tasks, ansible.posix.timer\n")
+    done = edgetune(site, "plan")
+    assert done.returncode == 3 and "ghost: NOT PLANNED (unreachable)" in done.stdout, done.stderr[-2000:]
+    done = edgetune(site, "verify", "-l", "all", "--junit", str(tmp_path / "verify.xml"))
+    assert done.returncode == 3 and "ghost: UNREACHABLE" in done.stderr, done.stderr[-2000:]
+    done = edgetune(site, "audit", "--json")
+    assert done.returncode == 3 and json.loads(done.stdout)["hosts"]["ghost"]["status"] == "unreachable"
+
+
 # ---------------------------------------------------------------- interrupted: 130
 CTRL_C_RUNNER = """
 import sys
