@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the strace lines below are as strace printed them, whole)
 """The write-point tracer's reading of strace output (edgetune_dev.faults): lines as strace 6.1 printed them
 for real module runs on a twin (-f -ttt -y), cut down."""
 from edgetune_dev.faults import strace_log, writepoints
