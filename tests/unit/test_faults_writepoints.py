@@ -1,35 +1,17 @@
-# ruff: noqa: E501  (the strace lines below are as strace printed them, whole)
 """The write-point tracer's reading of strace output (edgetune_dev.faults): lines as strace 6.1 printed them
 for real module runs on a twin (-f -ttt -y), cut down."""
+from pathlib import Path
+
 from edgetune_dev.faults import strace_log, writepoints
+
+FIXTURES = Path(__file__).with_name("fixtures") / "strace"
 
 # edge_files replacing a record: the temporary written and fsynced, renamed, its directory fsynced; tempfile's
 # probe of /tmp (made and removed: scratch); Ansible's payload (ignored); a call split by another thread.
-EDGE_FILES = """\
-2100  1796656700.000001 execve("/usr/bin/python3", ["/usr/bin/python3", "/root/.ansible/tmp/ansible-tmp-1/AnsiballZ_edge_files.py"], 0x7ffc /* 6 vars */) = 0
-2100  1796656700.000100 mkdir("/tmp/ansible_edgetune.fleet.edge_files_payload_x1y2z3", 0700) = 0
-2100  1796656700.000200 openat(AT_FDCWD</>, "/tmp/ab1cd2ef", O_RDWR|O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC, 0600) = 3</tmp/ab1cd2ef>
-2100  1796656700.000300 unlink("/tmp/ab1cd2ef") = 0
-2100  1796656700.001000 openat(AT_FDCWD</>, "/etc/edgetune/applied/.edge_cpu.json.kyug5q2x.tmp", O_RDWR|O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC, 0600) = 3</etc/edgetune/applied/.edge_cpu.json.kyug5q2x.tmp>
-2100  1796656700.001100 fsync(3</etc/edgetune/applied/.edge_cpu.json.kyug5q2x.tmp>) = 0
-2100  1796656700.001200 fchmod(3</etc/edgetune/applied/.edge_cpu.json.kyug5q2x.tmp>, 0644) = 0
-2100  1796656700.001300 rename("/etc/edgetune/applied/.edge_cpu.json.kyug5q2x.tmp", "/etc/edgetune/applied/edge_cpu.json" <unfinished ...>
-2101  1796656700.001350 openat(AT_FDCWD</>, "/etc/hosts", O_RDONLY|O_CLOEXEC) = 4</etc/hosts>
-2100  1796656700.001400 <... rename resumed>) = 0
-2100  1796656700.001500 openat(AT_FDCWD</>, "/etc/edgetune/applied", O_RDONLY|O_CLOEXEC) = 3</etc/edgetune/applied>
-2100  1796656700.001600 fsync(3</etc/edgetune/applied>) = 0
-2100  1796656700.001700 openat(AT_FDCWD</>, "/etc/missing", O_WRONLY|O_CREAT|O_TRUNC, 0666) = -1 EACCES (Permission denied)
-"""
+EDGE_FILES = (FIXTURES / "edge_files.strace").read_text()
 # A `shell` task: a sysfs value written by sh's redirection, systemctl asked to restart a unit; then the
 # builtin copy's rename without any fsync (relative path through a directory descriptor).
-COMMAND = """\
-2200  1796656701.000001 execve("/usr/bin/python3", ["/usr/bin/python3", "/root/.ansible/tmp/ansible-tmp-2/AnsiballZ_command.py"], 0x7ffc /* 6 vars */) = 0
-2201  1796656701.000100 execve("/bin/sh", ["/bin/sh", "-c", "echo performance > /sys/devices/system/cpu/cpufreq/policy4/scaling_governor"], 0x55 /* 6 vars */) = 0
-2201  1796656701.000200 openat(AT_FDCWD</root>, "/sys/devices/system/cpu/cpufreq/policy4/scaling_governor", O_WRONLY|O_CREAT|O_TRUNC, 0666) = 3</sys/devices/system/cpu/cpufreq/policy4/scaling_governor>
-2202  1796656701.000300 execve("/usr/bin/systemctl", ["systemctl", "--no-block", "restart", "edgetune-runtime.service"], 0x55 /* 6 vars */) = 0
-2202  1796656701.000400 sendmsg(3<NETLINK:[ROUTE:99]>, {msg_name={sa_family=AF_NETLINK, nl_pid=0, nl_groups=00000000}, msg_iov=[{iov_base=[{nlmsg_len=60, nlmsg_type=RTM_NEWQDISC, nlmsg_flags=NLM_F_REQUEST|NLM_F_ACK|NLM_F_EXCL|NLM_F_CREATE, nlmsg_seq=1, nlmsg_pid=0}, {tcm_family=AF_UNSPEC, tcm_ifindex=if_nametoindex("eth0"), tcm_handle=65536, tcm_parent=TC_H_ROOT, tcm_info=0}], iov_len=60}], msg_iovlen=1, msg_controllen=0, msg_flags=0}, 0) = 60
-2200  1796656701.000500 renameat(AT_FDCWD</root/.ansible/tmp/ansible-tmp-2>, "source", 4</etc/systemd/system>, "ai-infer.slice") = 0
-"""
+COMMAND = (FIXTURES / "command.strace").read_text()
 
 
 def lines(text):
