@@ -256,7 +256,8 @@ def test_a_refusal_on_the_device_removes_what_the_deploy_copied(fleet):
     assert rc != 0
     text = flat(out)
     assert "not enough space under /opt/edgetune" in text
-    assert "The deploy changed nothing on the device: what this run had copied into /var/cache/edgetune/artifacts " \
-           "was removed again" in text
+    # The refusal last: its reason ends the line, whatever its own punctuation.
+    assert "the deploy changed nothing on the device (what this run had copied into /var/cache/edgetune/artifacts " \
+           "was removed again, and the current release keeps serving): not enough space under /opt/edgetune" in text
     assert "Copy the artifacts to the device" in out
     assert_unchanged(fleet["before"])
