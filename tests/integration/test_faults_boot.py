@@ -13,7 +13,6 @@ import subprocess
 import time
 
 import pytest
-import yaml
 
 from edgetune_dev import CHECKOUT
 from edgetune_dev.twin import manager
@@ -62,14 +61,10 @@ def twin(tmp_path):
     manager.ensure_images(["bookworm"])
     manager.remove(TWIN)
     manager.create(TWIN, "orin-nx-16gb-r36")
-    inventory = tmp_path / "inventory"
-    inventory.mkdir()
-    (inventory / "group_vars").symlink_to(CHECKOUT / "inventory" / "twin" / "group_vars")
-    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {
-        "vars": {"ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"},
-        "children": {"orin-fleet": {"hosts": {TWIN: None}}}}}))
+    inventory = manager.write_group_inventory(tmp_path / "inventory", "orin-fleet", [TWIN],
+                                              CHECKOUT / "inventory" / "twin" / "group_vars")
     sh(SMALL_BOOT)
-    yield inventory / "hosts.yml"
+    yield inventory
     manager.remove(TWIN)
 
 

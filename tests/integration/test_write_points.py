@@ -47,17 +47,13 @@ def traced(tmp_path_factory):
     copy = checkout_copy(work / "checkout")
     tasks = copy / "roles" / "edge_power" / "tasks" / "main.yml"
     tasks.write_text(tasks.read_text() + "\n" + yaml.safe_dump(ADDED_TASKS, sort_keys=False))
-    inventory = work / "inventory"
-    inventory.mkdir()
-    (inventory / "group_vars").symlink_to(copy / "inventory" / "twin" / "group_vars")
-    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {
-        "vars": {"ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"},
-        "children": {"orin-fleet": {"hosts": {TWIN: None}}}}}))
+    inventory = manager.write_group_inventory(work / "inventory", "orin-fleet", [TWIN],
+                                              copy / "inventory" / "twin" / "group_vars")
     manager.ensure_images(["bookworm"])
     manager.remove(TWIN)
     manager.create(TWIN, "orin-nx-16gb-r36")
     try:
-        yield writepoints.trace_apply(TWIN, inventory / "hosts.yml", "site.yml", cwd=copy, out_dir=work / "out",
+        yield writepoints.trace_apply(TWIN, inventory, "site.yml", cwd=copy, out_dir=work / "out",
                                       ansible_args=["--tags", "edge_facts,edge_power",
                                                     "-e", '{"edge_reboot_policy": "never"}'])
     finally:

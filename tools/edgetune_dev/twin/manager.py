@@ -427,6 +427,23 @@ def up(fleet, say=print, inventory_dir=None, prefix=""):
     return [name for name, _ in wanted]
 
 
+# How Ansible reaches a twin: `docker exec`, the image's Python.
+CONNECTION_VARS = {"ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"}
+
+
+def write_group_inventory(directory, group, names, group_vars):
+    """DIRECTORY/hosts.yml holding twins ``names`` (made outside a fleet, as tests make them) in ``group``, with
+    ``group_vars`` (a checkout's inventory/twin/group_vars) linked beside it; returns the file's path."""
+    import yaml
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "group_vars").symlink_to(group_vars)
+    path = directory / "hosts.yml"
+    path.write_text(yaml.safe_dump({"all": {"vars": dict(CONNECTION_VARS), "children": {
+        group: {"hosts": {name: None for name in names}}}}}))
+    return path
+
+
 def write_inventory(directory):
     """DIRECTORY/hosts.yml (inventory/twin/ by default) with groups orin-fleet and rk3588-fleet:
     the fleet twins `twin up` made for this directory."""
@@ -439,7 +456,7 @@ def write_inventory(directory):
             continue
         groups[group][twin["name"]] = None
     inventory = {"all": {
-        "vars": {"ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3"},
+        "vars": dict(CONNECTION_VARS),
         "children": {"twins": {"children": {g: {"hosts": hosts} for g, hosts in groups.items()}}},
     }}
     import yaml
