@@ -13,8 +13,8 @@ not judged). Offline CPUs are not judged (AGX Orin MODE_30W takes cpu8-11 offlin
 import os
 import re
 import shutil
-import subprocess
 
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_command
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput, EdgeError
 
 DEFAULT_STORE_FILE = "/var/lib/edgetune/jetson_clocks.conf"
@@ -137,12 +137,11 @@ def find_program(name="jetson_clocks"):
 
 
 # --------------------------------------------------------------------------
-# Running jetson_clocks. ``run_command(argv)`` returns (rc, stdout, stderr): the module passes
-# AnsibleModule.run_command, the boot program subprocess_run.
+# Running jetson_clocks. ``run_command(argv)`` returns (rc, stdout, stderr): the module and the boot
+# program pass subprocess_run (a jetson_clocks that hangs is killed after edge_command's limit).
 
 def subprocess_run(argv):
-    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
-    return done.returncode, done.stdout, done.stderr
+    return edge_command.run(argv)
 
 
 def _run(run_command, argv):

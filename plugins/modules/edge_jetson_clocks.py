@@ -149,7 +149,7 @@ import os  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_clocks import (  # noqa: E402
-    DEFAULT_STORE_FILE, boot_settings, run)
+    DEFAULT_STORE_FILE, boot_settings, run, subprocess_run)
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
 
 
@@ -200,7 +200,7 @@ def main():
         if params["state_file"] and params["state"] == "pinned":
             # Refused before anything is pinned: the boot program needs absolute paths.
             boot_settings(params["store_file"] or DEFAULT_STORE_FILE, params["jetson_clocks_path"])
-        result = run(params, module.check_mode, module._diff, module.run_command, find)
+        result = run(params, module.check_mode, module._diff, subprocess_run, find)
         if params["state_file"]:
             sync_state_file(params, result, module.check_mode, module._diff)
     except EdgeError as exc:

@@ -294,6 +294,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import
     split_cmdline,
     validate_args,
 )
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_command  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput, BadType, EdgeError  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import (  # noqa: E402
     atomic_write,
@@ -534,7 +535,7 @@ def main():
             module.params,
             check_mode=module.check_mode,
             want_diff=module._diff,
-            run_command=module.run_command,
+            run_command=edge_command.run,  # the bootloader's update command killed if it hangs
             find_command=module.get_bin_path,
         )
     except EdgeError as exc:

@@ -141,6 +141,7 @@ valid_modes:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_command  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write, read_text  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_nvpmodel import (  # noqa: E402
@@ -288,7 +289,7 @@ def main():
             module.params,
             check_mode=module.check_mode,
             want_diff=module._diff,
-            run_command=module.run_command,
+            run_command=edge_command.run,  # nvpmodel killed if it hangs
             find_command=module.get_bin_path,
         )
     except EdgeError as exc:

@@ -220,6 +220,7 @@ import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import parse_cpulist  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_command  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_latency import run_load  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_llm import (  # noqa: E402
@@ -250,7 +251,7 @@ def unit_state(module, service):
     systemctl = module.get_bin_path("systemctl", required=True)
     props = ["ActiveState", "SubState", "MainPID", "ExecMainStatus", "NRestarts", "Result",
              "InactiveExitTimestampMonotonic", "ActiveEnterTimestampMonotonic"]
-    rc, out, err = module.run_command([systemctl, "show"] + ["--property=" + p for p in props] + [service])
+    rc, out, err = edge_command.run([systemctl, "show"] + ["--property=" + p for p in props] + [service])
     if rc != 0:
         raise EdgeError("systemctl show %s failed: %s" % (service, err.strip()))
     state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
@@ -267,7 +268,7 @@ def journal_tail(module, service, lines=6):
     journalctl = module.get_bin_path("journalctl")
     if not journalctl:
         return ""
-    rc, out, _err = module.run_command([journalctl, "-u", service, "-n", str(lines), "--no-pager", "-o", "cat"])
+    rc, out, _err = edge_command.run([journalctl, "-u", service, "-n", str(lines), "--no-pager", "-o", "cat"])
     return " | ".join(line.strip() for line in out.splitlines() if line.strip()) if rc == 0 else ""
 
 

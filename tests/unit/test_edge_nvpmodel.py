@@ -5,6 +5,7 @@ The simulator is the stand-in for the board, so the module's tests assert the
 effects on the fake sysfs (cpufreq caps, CPU online files, status file), not
 only what the module says.
 """
+import functools
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.edgetune.fleet.plugins.module_utils import edge_command
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
 from ansible_collections.edgetune.fleet.plugins.module_utils.edge_nvpmodel import (
     parse_conf,
@@ -498,6 +500,21 @@ def run_module(nvp, root, mode, check_mode=False, want_diff=False, calls=None, *
     return nvp.run_module(
         module_params(root, mode, **extra), check_mode=check_mode, want_diff=want_diff,
         run_command=sim_runner(root, calls), find_command=lambda *a, **k: None)
+
+
+@pytest.mark.controller
+def test_a_hung_nvpmodel_fails_the_module_in_one_line_naming_it(nvp, tree, tmp_path):
+    # The module runs nvpmodel through edge_command.run (its limit shortened here): killed, not waited for.
+    hung = tmp_path / "nvpmodel"
+    hung.write_text("#!/bin/sh\nsleep 60\n")
+    hung.chmod(0o755)
+    boot_in(tree, "agx_r35", mode_id=0)
+    params = module_params(tree, "MODE_50W", nvpmodel_path=str(hung), conf=str(tree / "etc/nvpmodel.conf"),
+                           status_file=str(tree / "var/lib/nvpmodel/status"))
+    with pytest.raises(EdgeError, match=r"^%s -q .*did not finish within 1 s and was killed" % hung):
+        nvp.run_module(params, check_mode=False, want_diff=False,
+                       run_command=functools.partial(edge_command.run, timeout=1), find_command=lambda *a, **k: None)
+    assert get(tree, "/var/lib/nvpmodel/status") == "pmode:0000 fmode:fanNull"
 
 
 @pytest.mark.controller
