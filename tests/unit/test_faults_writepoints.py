@@ -106,3 +106,19 @@ def test_path_patterns_make_what_differs_between_runs_a_star():
     assert pattern("/sys/fs/cgroup/system.slice/docker-" + "ab12" * 16 + ".scope/cpu.max") == \
         "/sys/fs/cgroup/system.slice/docker-*.scope/cpu.max"
     assert pattern("/etc/.ansible_tmpq1w2e3r4ai-infer.slice") == "/etc/.ansible_tmp*ai-infer.slice"
+
+
+def test_each_instance_says_where_a_cut_finds_it_again(tmp_path):
+    # The second run of edge_files in the apply; its process 0; the rename is its first rename call, the record's
+    # fsync its second fsync (failed calls count too: strace's inject counts every call of the name).
+    (tmp_path / "1796656699000000000-2000-edge_files.strace").write_text(
+        '2000  1796656699.000001 openat(AT_FDCWD</>, "/etc/a", O_RDONLY) = -1 ENOENT (No such file or directory)\n')
+    write_traces(tmp_path)
+    events = writepoints.read_traces(tmp_path)
+    rename = next(g for g in writepoints.groups(events) if g["kind"] == "rename" and g["module"] == "edge_files")
+    assert {key: rename["first"][key] for key in ("run", "process", "call", "nth")} == {
+        "run": 2, "process": 0, "call": "rename", "nth": 1}
+    written = next(e for e in events if e["kind"] == "write" and e["path"].startswith("/etc/edgetune"))
+    assert (written["call"], written["nth"]) == ("openat", 2)   # the probe of /tmp was the first openat
+    shell = next(e for e in events if e["via"] == "sh")
+    assert (shell["run"], shell["process"], shell["nth"]) == (1, 1, 1)   # sh: the run's second process

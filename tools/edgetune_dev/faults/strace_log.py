@@ -214,14 +214,22 @@ def exec_event(argv):
 
 def events(lines):
     """The state changes in strace lines, in order: dicts kind, path (what changed), pid, time, argv (the
-    program the process ran last, as far as the trace saw its execve) and the call's extras (a rename's
-    source, the flags of an open for writing, a symlink's target)."""
-    programs = {}
+    program the process ran last, as far as the trace saw its execve), the call's extras (a rename's
+    source, the flags of an open for writing, a symlink's target), and where a cut can find the call
+    again in a run alike: ``process`` (the pid's rank among the trace's processes, by first call) and
+    ``nth`` (the call's rank among that process's calls of the same name, failed ones included: what
+    strace's inject=...:when= counts)."""
+    programs, ranks, counts = {}, {}, {}
     for pid, stamp, text in joined_lines(lines):
         call = CALL.match(text)
-        if not call or call.group("result") == "?" or call.group("result").startswith("-"):
+        if not call:
             continue
-        name, args = call.group("name"), split_args(call.group("args"))
+        name = call.group("name")
+        ranks.setdefault(pid, len(ranks))
+        counts[pid, name] = counts.get((pid, name), 0) + 1
+        if call.group("result") == "?" or call.group("result").startswith("-"):
+            continue
+        args = split_args(call.group("args"))
         try:
             if name == "execve":
                 programs[pid] = exec_argv(args)
@@ -232,6 +240,6 @@ def events(lines):
             continue
         if event is None or event["path"] is None:
             continue
-        event.update(pid=pid, time=stamp, call=name)
+        event.update(pid=pid, time=stamp, call=name, process=ranks[pid], nth=counts[pid, name])
         event["argv"] = programs.get(pid, [])
         yield event

@@ -110,10 +110,11 @@ def read_traces(directory):
     the module whose run made it and the program that made it (via). Scratch paths are left out; a path
     staged for a rename (a temporary file, a directory unpacked beside its place) is named by where the
     rename puts it, with ``staged`` set."""
-    found = []
-    for path in sorted(Path(directory).glob("*.strace")):
+    found, runs = [], {}
+    for path in sorted(Path(directory).glob("*.strace")):  # named by start time: in the order they ran
         named = TRACE_NAME.match(path.name)
         module = named.group("module") if named else "?"
+        runs[module] = runs.get(module, 0) + 1
         with path.open(errors="replace") as handle:
             run = list(strace_log.events(handle))
         staged, scratch = staged_and_scratch(run)
@@ -124,7 +125,7 @@ def read_traces(directory):
             if root is not None:
                 event["staged"] = event["path"]
                 event["path"] = staged[root] + event["path"][len(root):]
-            event["module"] = module
+            event["module"], event["run"] = module, runs[module]
             event["via"] = program_of(event["argv"])
             found.append(event)
     found.sort(key=lambda e: e["time"])
@@ -141,7 +142,9 @@ def groups(events):
         if event["kind"] == "fsync" or ignored(event):
             continue
         key = (event["module"], event["kind"], path_pattern(event["path"]) + (" (staged)" if "staged" in event else ""))
-        instance = {"seq": event["seq"], "time": event["time"], "path": event["path"]}
+        # Where a cut finds it again: the module's nth run, the process in it, the call and its rank.
+        instance = {"seq": event["seq"], "time": event["time"], "path": event["path"], "run": event["run"],
+                    "process": event["process"], "call": event["call"], "nth": event["nth"]}
         group = found.get(key)
         if group is None:
             found[key] = group = {"module": key[0], "kind": key[1], "pattern": key[2], "count": 0, "via": [],
@@ -240,7 +243,8 @@ def trace_apply(twin, inventory, playbook="site.yml", ansible_args=(), out_dir=N
     events = read_traces(raw)
     if boot_id(twin) != booted:  # the reboot is Ansible's action over the connection: no module to trace
         events.append({"kind": "unit", "path": "reboot", "module": "reboot", "via": "reboot", "pid": 0,
-                       "time": time.time(), "argv": [], "call": "reboot", "seq": len(events)})
+                       "time": time.time(), "argv": [], "call": "reboot", "seq": len(events), "run": 1,
+                       "process": 0, "nth": 1})
     judged = renames(events)
     return {"twin": twin, "playbook": str(playbook), "rc": rc, "seconds": round(time.time() - started, 1),
             "output_tail": output[-4000:], "events": events, "groups": groups(events), "renames": judged,
