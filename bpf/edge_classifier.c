@@ -15,7 +15,7 @@
  * is kept) and end up in the HTB default class. The program never drops or
  * redirects: it returns TC_ACT_UNSPEC so that later clsact filters still run.
  *
- * Compiled and loaded by bcc (plugins/module_utils/edge_netqos_loader.py); see bpf/README.md.
+ * Compiled and loaded by bcc (plugins/module_utils/device/edge_netqos_loader.py); see bpf/README.md.
  * Build-time knobs (-D...): EDGE_L2_LEN (14 for Ethernet, 0 for L3 devices
  * such as WireGuard), EDGE_MAX_PORTS, EDGE_MATCH_CGROUP (0 or 1; 1 needs
  * CONFIG_SOCK_CGROUP_DATA, and the helper works on egress only).

@@ -1,6 +1,6 @@
 """The reports of `edgetune audit`: a table for people, JUnit XML for CI and a
 node_exporter textfile (Prometheus text format, rendered by the collection's
-plugins/module_utils/edge_metrics.py, as the on-device audit timer's is).
+plugins/module_utils/device/edge_metrics.py, as the on-device audit timer's is).
 
 Each report reads the same devices dict: host -> {"status", "cause",
 "results", "seconds"} (see edgetune.audit), status one of STATUSES.
@@ -115,9 +115,9 @@ def junit(hosts, seconds):
 
 
 def prometheus(hosts, finished_at):
-    """The textfile: the names, labels and HELP of plugins/module_utils/edge_metrics.py (METRICS), the
+    """The textfile: the names, labels and HELP of plugins/module_utils/device/edge_metrics.py (METRICS), the
     same the on-device audit timer writes, plus the controller's own (audited, unreachable, duration)."""
-    edge_metrics = module_utils("edge_metrics")
+    edge_metrics = module_utils("device.edge_metrics")
     samples = {"edgetune_device_audited": [], "edgetune_device_unreachable": [],
                "edgetune_audit_duration_seconds": []}
     for host in sorted(hosts):

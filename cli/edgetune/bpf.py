@@ -1,6 +1,6 @@
 """`edgetune bpf ...`: the network priority loader (edgetune-netqos) run from the controller.
 
-The loader itself is the collection's plugins/module_utils/edge_netqos_loader.py,
+The loader itself is the collection's plugins/module_utils/device/edge_netqos_loader.py,
 the program the edge_netqos role installs on the devices; its subcommands are
 its own. Without the collection, `edgetune bpf --help` says where to get it.
 """
@@ -59,7 +59,7 @@ def add_unavailable(subparsers, missing):
 
 def add_parser(subparsers):
     try:
-        loader = ansible_setup.module_utils("edge_netqos_loader")
+        loader = ansible_setup.module_utils("device.edge_netqos_loader")
     except UsageError as missing:
         return add_unavailable(subparsers, missing)
     parser = subparsers.add_parser("bpf", help=HELP, description=loader.__doc__.splitlines()[0])

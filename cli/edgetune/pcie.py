@@ -4,7 +4,7 @@ Reads /sys/bus/pci/devices/*/config (under --sysfs-root, e.g. a copy of a board'
 sysfs) or one saved config space image (--config, binary, 256 or 4096 bytes as
 the sysfs file gives it to root), and shows per VC capability its Extended VC
 Count and per VC its ID, TC/VC map, Enable and VC Negotiation Pending.  The
-decoding is plugins/module_utils/edge_pcie.py, the code the edge_pcie_vc module runs on
+decoding is plugins/module_utils/device/edge_pcie.py, the code the edge_pcie_vc module runs on
 the device.
 
 Exit codes: 0 shown, 2 usage or environment error (no such device, unreadable
@@ -20,8 +20,8 @@ HEADER = ("DEVICE", "PORT TYPE", "CAPABILITY", "VC", "ID", "ENABLED", "TC/VC MAP
 
 
 def load_parser():
-    """The project's plugins/module_utils/edge_pcie.py (one implementation for the module and this tool)."""
-    return ansible_setup.module_utils("edge_pcie")
+    """The project's plugins/module_utils/device/edge_pcie.py (one implementation for the module and this tool)."""
+    return ansible_setup.module_utils("device.edge_pcie")
 
 
 def tc_list(tcs):

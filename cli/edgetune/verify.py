@@ -123,7 +123,7 @@ def policies_of(settings, clusters):
 def memory_limit(given, size):
     """The slice's memory limit as the checks take it: a share of MemTotal for NN% (systemd resolves it
     when it loads the unit), else the plan's bytes; None for no limit."""
-    share = ansible_setup.module_utils("edge_audit").ram_share(given)
+    share = ansible_setup.module_utils("device.edge_audit").ram_share(given)
     if share is not None:
         return {"fraction": share}
     return {"bytes": size} if size is not None else None

@@ -6,7 +6,7 @@ controller, so that the audit costs the device one execution; otherwise runs the
 The documentation is plugins/modules/edge_audit.py."""
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_audit
 
 
 class ActionModule(ActionBase):

@@ -16,7 +16,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.edgetune.fleet.plugins.action.edge_lease import this_run
 from ansible_collections.edgetune.fleet.plugins.filter.edge_board_profile import edge_board_profile
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_lease
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_lease
 
 MODULE = "edgetune.fleet.edge_facts"
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

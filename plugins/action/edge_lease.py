@@ -8,7 +8,7 @@ import socket
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_lease
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_lease
 
 MODULE = "edgetune.fleet.edge_lease"
 

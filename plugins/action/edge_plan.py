@@ -3,7 +3,7 @@
 """Action plugin edge_plan: validate the host's intent, then plan the device, on the controller.
 
 The validation is edge_validate's (every role's variables, all problems at
-once); the plan is plugins/module_utils/edge_plan.py's build(), from the
+once); the plan is plugins/module_utils/plan/edge_plan.py's build(), from the
 validated intent and the board (ansible_facts.edge, edge_facts_profile). The
 plan is published as the fact ``edge_plan`` (``ansible_facts.edge_plan``),
 which the roles apply and `edgetune plan` prints. Nothing runs on the device,
@@ -16,12 +16,12 @@ from ansible_collections.edgetune.fleet.plugins.action.edge_lease import this_ru
 from ansible_collections.edgetune.fleet.plugins.action.edge_validate import (
     ActionModule as ValidateAction, role_option_names)
 from ansible_collections.edgetune.fleet.plugins.lookup.collection_file import COLLECTION_ROOT
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_plan
+from ansible_collections.edgetune.fleet.plugins.module_utils.plan import edge_plan
 
 
 def code_digests(roles, root=COLLECTION_ROOT):
     """{role: sha1 of the role's own code}: its role files, the modules and plugins its tasks
-    name and the module utilities they import (plugins/module_utils/edge_code.py), so that a
+    name and the module utilities they import (plugins/module_utils/plan/edge_code.py), so that a
     new edgetune changes the recorded inputs of the roles whose code changed, and only those.
     edge_boot and edge_audit_timer install the device programs' files the plan names. Once per process,
     and kept on disk while the collection's files are unchanged."""

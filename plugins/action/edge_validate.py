@@ -5,7 +5,7 @@
 Gathers the host's edge_* variables (templated) and the board (ansible_facts.edge,
 edge_facts_profile), loads every role's meta/argument_specs.yml from the
 collection (found the way the collection_file lookup finds the collection's
-files), and runs plugins/module_utils/edge_intent.py's validate(). The
+files), and runs plugins/module_utils/plan/edge_intent.py's validate(). The
 documentation is plugins/modules/edge_validate.py.
 """
 import copy
@@ -24,8 +24,8 @@ from ansible.template import trust_as_template
 from ansible.utils.display import Display
 
 from ansible_collections.edgetune.fleet.plugins.lookup.collection_file import COLLECTION_ROOT
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_intent, edge_plan
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import cached_json, controller_cache_dir
+from ansible_collections.edgetune.fleet.plugins.module_utils.plan import edge_intent, edge_plan
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_fileio import cached_json, controller_cache_dir
 
 display = Display()
 

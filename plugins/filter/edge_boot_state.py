@@ -2,21 +2,21 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A kind's boot-time state file, rendered on the controller (any role can use it).
 
-The text is plugins/module_utils/edge_boot.py's ``document``: the file
+The text is plugins/module_utils/device/edge_boot.py's ``document``: the file
 edgetune-boot.service (role edge_boot) reads at every boot, byte for byte what
 the modules' ``edge_boot.sync`` writes for the same settings.
 """
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_boot
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
 
 DOCUMENTATION = r"""
 name: edge_boot_state
 short_description: Render a boot-time state file in edgetune's format
 description:
   - Returns the text of a state file in edgetune's boot-time state format
-    (plugins/module_utils/edge_boot.py), re-applied at every boot by edgetune-boot.service (role edge_boot);
+    (plugins/module_utils/device/edge_boot.py), re-applied at every boot by edgetune-boot.service (role edge_boot);
     JSON with C(format), C(kind), C(generated_by) and C(settings), sorted keys, ending with a newline.
   - Fails when O(kind) is not a kind the boot program knows or O(_input) is not a dict.
 version_added: "0.3.0"

@@ -2,14 +2,14 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The drift audit's check of role edge_bootargs (runs on the controller)."""
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_cmdline
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_cmdline
 
 DOCUMENTATION = r"""
 name: edge_bootargs_checks
 short_description: The drift audit's check of the kernel boot arguments
 description:
   - Turns the device's plan (its bootargs part) and the role's options into the check role edge_bootargs
-    records for the drift audit; the logic is C(audit_checks) in plugins/module_utils/edge_cmdline.py.
+    records for the drift audit; the logic is C(audit_checks) in plugins/module_utils/device/edge_cmdline.py.
 version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
@@ -35,7 +35,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: One C(cmdline) check, as plugins/module_utils/edge_audit.py evaluates it.
+  description: One C(cmdline) check, as plugins/module_utils/device/edge_audit.py evaluates it.
   type: list
   elements: dict
 """

@@ -5,12 +5,12 @@
 One filter, ``edge_cgroups_plan``, checks every setting against the board
 (the slice's CPUs, the RAM, the RT throttle) before the role changes anything,
 and returns the values the unit files get. All problems are reported at once.
-The rules are plugins/module_utils/edge_intent.py's ``slice_plan``, which the
+The rules are plugins/module_utils/plan/edge_intent.py's ``slice_plan``, which the
 preflight's validation step runs too.
 """
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_intent as intent
+from ansible_collections.edgetune.fleet.plugins.module_utils.plan import edge_intent as intent
 
 DOCUMENTATION = r"""
 name: edge_cgroups_plan

@@ -2,14 +2,14 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The drift audit's checks of role edge_cpu (runs on the controller)."""
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_cpu_checks
+from ansible_collections.edgetune.fleet.plugins.module_utils.plan import edge_cpu_checks
 
 DOCUMENTATION = r"""
 name: edge_cpu_checks
 short_description: The drift audit's checks of the CPU partitioning
 description:
   - Turns the device's plan (its cpu and boot parts) and the sysctls the role set into the checks role
-    edge_cpu records for the drift audit; the logic is plugins/module_utils/edge_cpu_checks.py.
+    edge_cpu records for the drift audit; the logic is plugins/module_utils/plan/edge_cpu_checks.py.
 version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
@@ -43,7 +43,7 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description: The checks (C(irq_affinity), C(value) per sysctl, C(unsupported), C(file)), as
-    plugins/module_utils/edge_audit.py evaluates them.
+    plugins/module_utils/device/edge_audit.py evaluates them.
   type: list
   elements: dict
 """

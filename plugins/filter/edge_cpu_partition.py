@@ -2,13 +2,13 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """CPU partitioning filters: housekeeping vs inference CPUs (controller side).
 
-The CPU-list code is the modules' own (plugins/module_utils/edge_cpulist.py); the
-partition and its rules are plugins/module_utils/edge_intent.py's, which the
+The CPU-list code is the modules' own (plugins/module_utils/common/edge_cpulist.py); the
+partition and its rules are plugins/module_utils/plan/edge_intent.py's, which the
 preflight's validation step (edgetune.fleet.edge_validate) runs too.
 """
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_intent as intent
+from ansible_collections.edgetune.fleet.plugins.module_utils.plan import edge_intent as intent
 
 DOCUMENTATION = r"""
 name: edge_cpu_partition

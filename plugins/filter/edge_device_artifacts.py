@@ -1,7 +1,7 @@
 # Copyright: edgetune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Where the deploy finds the runtime's artifacts on the device (runs on the controller)."""
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact import device_paths
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_artifact import device_paths
 
 DOCUMENTATION = r"""
 name: edge_device_artifacts
@@ -9,7 +9,7 @@ short_description: Where the deploy finds the runtime's artifacts on the device,
 description:
   - For each artifact (runtime, engine), its path on the device and its sha256, by where the artifacts come
     from; and the artifact cache with its parents, deepest first (a refused deploy removes the ones it
-    created). The logic is plugins/module_utils/edge_artifact.py (C(device_paths)).
+    created). The logic is plugins/module_utils/device/edge_artifact.py (C(device_paths)).
 version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)

@@ -1,7 +1,7 @@
 # Copyright: edgetune contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The DVFS settings a jetson_clocks restore would write back over (runs on the controller)."""
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_dvfs import overridden_by_restore
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_dvfs import overridden_by_restore
 
 DOCUMENTATION = r"""
 name: edge_dvfs_overridden
@@ -10,7 +10,7 @@ description:
   - In check mode a C(jetson_clocks) restore earlier in the run (before a power mode switch, or
     C(edge_power_jetson_clocks=false)) did not write; a real run writes the values it saved back, and the
     module edge_dvfs then sets its own again. This filter lists the files where the two differ, so that
-    check mode reports that change (plugins/module_utils/edge_dvfs.py, C(overridden_by_restore)).
+    check mode reports that change (plugins/module_utils/device/edge_dvfs.py, C(overridden_by_restore)).
 version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)

@@ -6,14 +6,14 @@ import posixpath
 from ansible.errors import AnsibleError, AnsibleFilterError
 
 from ansible_collections.edgetune.fleet.plugins.lookup.collection_file import collection_path
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import file_checks
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_audit import file_checks
 
 DOCUMENTATION = r"""
 name: edge_file_checks
 short_description: The drift audit's checks of the files a role writes
 description:
   - Turns the files a role writes (the text it renders, or a file of the collection it installs) into
-    C(file) checks of the audit's schema (plugins/module_utils/edge_audit.py), each with the sha1 of that
+    C(file) checks of the audit's schema (plugins/module_utils/device/edge_audit.py), each with the sha1 of that
     content. A file whose C(content) is null is not written in this configuration and has no check.
 version_added: "0.3.0"
 author:

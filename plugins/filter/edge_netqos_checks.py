@@ -2,14 +2,14 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The drift audit's checks of role edge_netqos (runs on the controller)."""
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_netqos_loader
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_netqos_loader
 
 DOCUMENTATION = r"""
 name: edge_netqos_checks
 short_description: The drift audit's checks of the inference traffic priority
 description:
   - Turns what role edge_netqos applied (its status and the edge_netqos module's result) into the checks
-    it records for the drift audit; the logic is C(audit_checks) in plugins/module_utils/edge_netqos_loader.py.
+    it records for the drift audit; the logic is C(audit_checks) in plugins/module_utils/device/edge_netqos_loader.py.
 version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
@@ -43,7 +43,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: The checks (C(netqos) and C(file), or one C(unsupported)), as plugins/module_utils/edge_audit.py
+  description: The checks (C(netqos) and C(file), or one C(unsupported)), as plugins/module_utils/device/edge_audit.py
     evaluates them.
   type: list
   elements: dict

@@ -2,15 +2,15 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The edgetune-netqos command that role edge_netqos installs (runs on the controller)."""
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_netqos_loader
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_netqos_loader
 
 DOCUMENTATION = r"""
 name: edge_netqos_command
 short_description: The edgetune-netqos command, for edge_files
 description:
-  - The command that runs the network priority loader (C(launcher) in plugins/module_utils/edge_netqos_loader.py)
+  - The command that runs the network priority loader (C(launcher) in plugins/module_utils/device/edge_netqos_loader.py)
     from the device package's directory, where role edge_package installs the loader with what it imports (the
-    device program C(netqos) of C(DEVICE_PROGRAMS) in plugins/module_utils/edge_plan.py).
+    device program C(netqos) of C(DEVICE_PROGRAMS) in plugins/module_utils/plan/edge_plan.py).
 version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)

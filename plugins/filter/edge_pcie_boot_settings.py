@@ -2,19 +2,19 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The PCIe TC/VC mappings of the role edge_pcie_qos as boot-time settings (runs on the controller).
 
-The checks and the shape are plugins/module_utils/edge_pcie.py's ``boot_settings``,
+The checks and the shape are plugins/module_utils/device/edge_pcie.py's ``boot_settings``,
 the settings its ``boot_apply`` re-applies at boot.
 """
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_pcie
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_pcie
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
 
 DOCUMENTATION = r"""
 name: edge_pcie_boot_settings
 short_description: The PCIe TC/VC mappings as edgetune-boot.service re-applies them
 description:
-  - Returns the C(pcie_vc) settings of edgetune's boot-time state format (plugins/module_utils/edge_boot.py),
+  - Returns the C(pcie_vc) settings of edgetune's boot-time state format (plugins/module_utils/device/edge_boot.py),
     a dict with the list C(mappings), each mapping with the given O(timeout) and O(fail_unsupported).
   - Each mapping is checked as the boot program checks it (exactly one of C(device) and C(device_class),
     C(tcs) 1-7, C(vc_id) 1-7); an empty C(device) or C(device_class) counts as not given. Fails with one

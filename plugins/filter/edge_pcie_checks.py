@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The drift audit's checks of role edge_pcie_qos (runs on the controller)."""
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_pcie
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_pcie
 
 DOCUMENTATION = r"""
 name: edge_pcie_checks
@@ -11,7 +11,7 @@ description:
   - Turns the role's mappings into the checks role edge_pcie_qos records for the drift audit (one per
     mapping, both ends of its link, planned on the device by the code edge_pcie_vc maps with) and, where
     the mappings are re-applied at boot, the state file edgetune-boot.service reads; the logic is
-    C(audit_checks) of plugins/module_utils/edge_pcie.py.
+    C(audit_checks) of plugins/module_utils/device/edge_pcie.py.
 version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
@@ -41,7 +41,7 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description: The checks (C(pcie_vc) per mapping, C(file) for the state file), as
-    plugins/module_utils/edge_audit.py evaluates them.
+    plugins/module_utils/device/edge_audit.py evaluates them.
   type: list
   elements: dict
 """

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The drift audit's checks of role edge_power (runs on the controller)."""
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_dvfs
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_dvfs
 
 DOCUMENTATION = r"""
 name: edge_power_checks
@@ -10,7 +10,7 @@ short_description: The drift audit's checks of the power mode, the clocks and th
 description:
   - Turns the device's plan (its power part) and the edge_dvfs module's plan on the device into the checks
     role edge_power records for the drift audit; the logic is C(audit_checks) of
-    plugins/module_utils/edge_dvfs.py, where the sysfs attribute of each setting is named once.
+    plugins/module_utils/device/edge_dvfs.py, where the sysfs attribute of each setting is named once.
 version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
@@ -44,7 +44,7 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description: The checks (C(value) per managed governor and limit, C(unsupported), C(jetson_clocks),
-    C(nvpmodel)), as plugins/module_utils/edge_audit.py evaluates them.
+    C(nvpmodel)), as plugins/module_utils/device/edge_audit.py evaluates them.
   type: list
   elements: dict
 """

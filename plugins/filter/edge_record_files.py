@@ -4,8 +4,8 @@
 from ansible.errors import AnsibleFilterError
 from ansible.plugins.filter.core import to_nice_json
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import RECORD_VERSION, validate_checks
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_audit import RECORD_VERSION, validate_checks
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
 
 DOCUMENTATION = r"""
 name: edge_record_files
@@ -13,7 +13,7 @@ short_description: The apply records of the roles that ran, as files for edge_fi
 description:
   - One record per role, C(<record_dir>/<role>.json) (mode 0600), with the role's checks as it published them
     (C(edge_<role>_audit)) and its inputs from the plan's audit part. The drift audit and a converge read them.
-  - Every check is validated against the audit's declared schema (plugins/module_utils/edge_audit.py,
+  - Every check is validated against the audit's declared schema (plugins/module_utils/device/edge_audit.py,
     C(CHECK_SCHEMA)) first; a malformed one fails the task with one line naming the role and the check, and
     nothing is written.
 version_added: "0.3.0"

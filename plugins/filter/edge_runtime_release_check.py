@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The drift audit's release check of role edge_runtime (runs on the controller)."""
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_audit
 
 DOCUMENTATION = r"""
 name: edge_runtime_release_check
@@ -10,7 +10,7 @@ short_description: The drift audit's check of the release the LLM runtime serves
 description:
   - Turns what role edge_runtime deployed (the release, its artifacts, the unit, what the gates accepted of its
     threads) into the C(runtime) check it records for the drift audit; the logic is C(runtime_release_check) in
-    plugins/module_utils/edge_audit.py, which also declares the check's schema.
+    plugins/module_utils/device/edge_audit.py, which also declares the check's schema.
 version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
@@ -49,7 +49,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: The C(runtime) check, as plugins/module_utils/edge_audit.py evaluates it.
+  description: The C(runtime) check, as plugins/module_utils/device/edge_audit.py evaluates it.
   type: dict
 """
 

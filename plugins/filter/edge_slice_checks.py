@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The drift audit's checks of the inference slice's live cgroup values (runs on the controller)."""
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_slice_checks as edge_slice_checks_util
+from ansible_collections.edgetune.fleet.plugins.module_utils.plan import edge_slice_checks as edge_slice_checks_util
 
 DOCUMENTATION = r"""
 name: edge_slice_checks
@@ -11,7 +11,7 @@ description:
   - Turns the device's plan (its slice part) into the checks role edge_cgroups records for the drift audit,
     one per cgroup value systemd writes for the slice, at the paths below systemd's own cgroup (from
     C(/proc/1/cgroup)); on cgroup v1 or hybrid, one C(unsupported) check names the cgroup-v2-only settings
-    and why. The logic is plugins/module_utils/edge_slice_checks.py.
+    and why. The logic is plugins/module_utils/plan/edge_slice_checks.py.
 version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
@@ -46,7 +46,7 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description: The checks (C(setting), C(role), C(kind) C(value) with C(path), C(desired), C(compare), or
-    C(unsupported) with C(reason)), as plugins/module_utils/edge_audit.py evaluates them.
+    C(unsupported) with C(reason)), as plugins/module_utils/device/edge_audit.py evaluates them.
   type: list
   elements: dict
 """

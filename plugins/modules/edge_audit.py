@@ -29,13 +29,14 @@ author:
 options:
   checks:
     description:
-      - The checks, each with C(setting), C(role) and C(kind) (plugins/module_utils/edge_audit.py documents every key).
+      - The checks, each with C(setting), C(role) and C(kind) (plugins/module_utils/device/edge_audit.py documents
+        every key).
       - C(cmdline) boot arguments (boot file planned with the edge_kernel_cmdline code, and C(/proc/cmdline)).
       - C(value) a running value such as a sysfs, C(/proc/sys) or cgroup file (C(path), C(desired), C(compare)
         C(text), C(cpulist), or C(bytes) for a memory limit the kernel rounded down to whole pages).
       - C(file) a persisted file against the sha1 of what the role renders (C(path), C(sha1)).
       - C(irq_affinity) interrupt steering, classified by the code the edge_irq_affinity module moves
-        interrupts with (plugins/module_utils/edge_irq.py), with C(cpus) (housekeeping), C(target) (C(irqs),
+        interrupts with (plugins/module_utils/device/edge_irq.py), with C(cpus) (housekeeping), C(target) (C(irqs),
         C(default_affinity) or C(workqueue)), C(keep_subsets), C(unmovable_names), C(state_file),
         C(inference). A movable interrupt reaching CPUs outside C(cpus) is drift; per-CPU and managed
         interrupts (hinted by C(/proc/interrupts) or recorded as refused in C(state_file)) are not.
@@ -175,11 +176,11 @@ if ON_DEVICE:
     # On-device command: the module_utils are installed beside this file.
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import (  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_audit import (  # noqa: E402
     audit, audit_records, findings_line, prometheus_text, task_results)
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_lease  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_metrics import with_new_timestamp  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_lease  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_fileio import atomic_write  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_metrics import with_new_timestamp  # noqa: E402
 
 
 def cli(argv):

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module edge_cgroup_rt: a real-time (SCHED_FIFO/RR) budget for a systemd slice.
 
-The work is in plugins/module_utils/edge_rt.py, which the boot program (edge_boot) also runs.
+The work is in plugins/module_utils/device/edge_rt.py, which the boot program (edge_boot) also runs.
 """
 
 DOCUMENTATION = r"""
@@ -51,7 +51,7 @@ options:
     description:
       - Save the slice and budget to this file (only when ready with RT group scheduling on cgroup v1,
         atomically, only when its content changes) in edgetune's boot-time state format
-        (plugins/module_utils/edge_boot.py), re-applied at every boot by C(edgetune-boot.service)
+        (plugins/module_utils/device/edge_boot.py), re-applied at every boot by C(edgetune-boot.service)
         (role edge_boot), since a slice's cgroup is created again at every boot with a budget of 0.
         Not written in check mode.
     type: path
@@ -149,9 +149,9 @@ missing_cgroup:
 
 # Ansible modules keep their imports after the documentation strings.
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_rt import (  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_boot  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_rt import (  # noqa: E402
     RUNTIME, boot_settings, run)
 
 

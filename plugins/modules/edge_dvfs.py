@@ -3,8 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module edge_dvfs: CPU (cpufreq) and GPU/NPU/memory (devfreq) governors and limits.
 
-The work is done in module_utils/edge_dvfs.py, shared with the boot program
-(module_utils/edge_boot.py, kind ``dvfs``) that re-applies the saved settings.
+The work is done in module_utils/device/edge_dvfs.py, shared with the boot program
+(module_utils/device/edge_boot.py, kind ``dvfs``) that re-applies the saved settings.
 """
 
 DOCUMENTATION = r"""
@@ -26,7 +26,7 @@ description:
     back; a value that did not stick (for example clamped by an nvpmodel or thermal cap) is an
     error naming the file, the expected and the actual value.
   - With O(state_file), the resolved settings are also saved in edgetune's boot-time state format
-    (plugins/module_utils/edge_boot.py, kind C(dvfs)), re-applied at every boot by
+    (plugins/module_utils/device/edge_boot.py, kind C(dvfs)), re-applied at every boot by
     C(edgetune-boot.service) (role edge_boot; no Ansible needed on the board). Runtime sysfs
     settings do not survive a reboot by themselves.
 version_added: "0.1.0"
@@ -99,7 +99,7 @@ options:
     description:
       - Also save the resolved settings (policy numbers, frequencies after snapping) to this file,
         atomically and only when its content changes, in edgetune's boot-time state format
-        (plugins/module_utils/edge_boot.py, kind C(dvfs)), re-applied at every boot by
+        (plugins/module_utils/device/edge_boot.py, kind C(dvfs)), re-applied at every boot by
         C(edgetune-boot.service) (role edge_boot), which reads the state files in
         C(/etc/edgetune/boot.d) (this module's is V(/etc/edgetune/boot.d/dvfs.json)).
       - Written after the settings were applied and read back successfully; not written in
@@ -225,9 +225,9 @@ diff:
 
 # Ansible modules keep their imports after the documentation strings.
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_dvfs as dvfs  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_boot  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_dvfs as dvfs  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError  # noqa: E402
 
 KIND = "dvfs"
 

@@ -328,15 +328,16 @@ import platform
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact import (
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_artifact import (
     detect_architecture, detect_glibc, detect_rknn, detect_tensorrt)
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_board import (
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_board import (
     bsp_release, cgroup_mode, cpu_topology, detect_bootloader, device_tree, devfreq_nodes,
     kernel_config, kernel_features, l4t_release, memory_kb, read, rt_throttle, soc_family, systemd_device_units,
     systemd_version)
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_autotune, edge_lease, edge_numa
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import applied_state
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.bench import edge_autotune
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_lease, edge_numa
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_audit import applied_state
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
 
 
 def python_link(executable):

@@ -134,8 +134,8 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_fileio import atomic_write
 
 # Ansible's own limit for showing a file in a diff (DEFAULT max_diff_size).
 MAX_DIFF_BYTES = 104448

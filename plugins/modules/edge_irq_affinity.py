@@ -3,8 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module edge_irq_affinity: keep interrupts and unbound kernel work on the housekeeping CPUs.
 
-The reading, planning and writing are in plugins/module_utils/edge_irq.py, shared with the
-drift audit and with the boot program (plugins/module_utils/edge_boot.py) that re-applies
+The reading, planning and writing are in plugins/module_utils/device/edge_irq.py, shared with the
+drift audit and with the boot program (plugins/module_utils/device/edge_boot.py) that re-applies
 the module's state file at every boot.
 """
 
@@ -27,7 +27,7 @@ description:
   - Everything is read and validated first; a bad O(cpus) fails with one message and nothing
     is written. Every write is read back; a value that did not stick is an error naming the file.
   - With O(state_file), the settings and the interrupts that refused are saved in edgetune's
-    boot-time state format (plugins/module_utils/edge_boot.py, kind C(irq_affinity)), re-applied at
+    boot-time state format (plugins/module_utils/device/edge_boot.py, kind C(irq_affinity)), re-applied at
     every boot by C(edgetune-boot.service) (role edge_boot; no Ansible needed on the board);
     IRQ affinity does not survive a reboot by itself.
 version_added: "0.1.0"
@@ -66,7 +66,7 @@ options:
   state_file:
     description:
       - Also save the settings and the interrupts that refused to this file (atomically, only
-        when its content changes), in edgetune's boot-time state format (plugins/module_utils/edge_boot.py,
+        when its content changes), in edgetune's boot-time state format (plugins/module_utils/device/edge_boot.py,
         kind C(irq_affinity)), re-applied at every boot by C(edgetune-boot.service) (role edge_boot);
         the recorded refusals also predict refusals in check mode. Not written in check mode or when
         the run fails.
@@ -164,13 +164,13 @@ errors:
 
 # Ansible modules keep their imports after the documentation strings.
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import (  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_boot  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_cpulist import (  # noqa: E402
     format_cpulist, parse_cpulist)
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError  # noqa: E402
 # The reading, the classification and the writes of interrupts are shared with the
-# drift audit and the boot program (plugins/module_utils/edge_irq.py).
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_irq import (  # noqa: E402
+# drift audit and the boot program (plugins/module_utils/device/edge_irq.py).
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_irq import (  # noqa: E402
     GENERATED_BY, KIND, known_refusals, read_state, run, state_settings)
 
 

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module edge_jetson_clocks: pin a Jetson's clocks with jetson_clocks, or restore them.
 
-The work is in plugins/module_utils/edge_clocks.py, which the boot program (edge_boot) also runs.
+The work is in plugins/module_utils/device/edge_clocks.py, which the boot program (edge_boot) also runs.
 """
 
 DOCUMENTATION = r"""
@@ -29,7 +29,7 @@ description:
     minimums but not the EMC lock), so restore before switching modes, then pin again.
   - Not persistent by itself. With O(state_file) and O(state=pinned) the module saves what the boot
     needs (O(store_file) and O(jetson_clocks_path)) in edgetune's boot-time state format
-    (plugins/module_utils/edge_boot.py), re-applied at every boot by C(edgetune-boot.service) (role
+    (plugins/module_utils/device/edge_boot.py), re-applied at every boot by C(edgetune-boot.service) (role
     edge_boot), which stores the clocks when they are not pinned, then pins them. With
     O(state=restored) it removes that file, so the clocks stay restored after a reboot.
 version_added: "0.1.0"
@@ -53,7 +53,7 @@ options:
     type: path
   state_file:
     description:
-      - The boot-time state file, in edgetune's boot-time state format (plugins/module_utils/edge_boot.py),
+      - The boot-time state file, in edgetune's boot-time state format (plugins/module_utils/device/edge_boot.py),
         re-applied at every boot by C(edgetune-boot.service) (role edge_boot), for example
         C(/etc/edgetune/boot.d/jetson-clocks.json).
       - With O(state=pinned) it is written (atomically, only when its content changes) with O(store_file)
@@ -147,10 +147,10 @@ import errno  # noqa: E402
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_clocks import (  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_boot  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_clocks import (  # noqa: E402
     DEFAULT_STORE_FILE, boot_settings, run, subprocess_run)
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError  # noqa: E402
 
 
 def remove_state_file(path, check_mode):

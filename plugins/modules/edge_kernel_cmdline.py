@@ -275,7 +275,7 @@ diff:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule, _load_params  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_bootfile import (  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_bootfile import (  # noqa: E402
     BOOTLOADERS,
     _read,
     default_path,
@@ -286,7 +286,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_bootfile impor
     read_boot_id,
     require_boot_file,
 )
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import (  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_cmdline import (  # noqa: E402
     args_satisfied,
     describe_changes,
     extlinux_fallback_label,
@@ -294,9 +294,9 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import
     split_cmdline,
     validate_args,
 )
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_command  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput, BadType, EdgeError  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import (  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common import edge_command  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import BadInput, BadType, EdgeError  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_fileio import (  # noqa: E402
     atomic_write,
     prune_backups,
     remove_quietly,

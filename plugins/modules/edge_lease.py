@@ -94,8 +94,8 @@ took_over:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_lease
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_lease
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
 
 
 def main():

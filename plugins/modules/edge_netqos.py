@@ -172,8 +172,8 @@ import json  # noqa: E402
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_fileio import atomic_write  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError  # noqa: E402
 
 SETTING_KEYS = ("rate", "high_rate", "default_rate", "high_ceil", "default_ceil", "ports", "cgroup", "high_class",
                 "default_class")

@@ -104,9 +104,9 @@ reason:
 
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_numa import layout  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_cpulist import format_cpulist, parse_cpulist  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_numa import layout  # noqa: E402
 
 
 def inspect(root="/", accelerator="", cpus=""):

@@ -141,10 +141,10 @@ valid_modes:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_command  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write, read_text  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_nvpmodel import (  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common import edge_command  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_fileio import atomic_write, read_text  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_nvpmodel import (  # noqa: E402
     DEFAULT_CONF,
     DEFAULT_STATUS_FILE,
     REBOOT_REQUIRED_TEXT,

@@ -9,7 +9,7 @@ module: edge_package
 short_description: Install the device package, the programs that run on the device outside Ansible
 description:
   - An action plugin. Lists the device package's files on the controller from one manifest, C(DEVICE_PROGRAMS)
-    in plugins/module_utils/edge_package.py. They are the boot program, the on-device audit command and the
+    in plugins/module_utils/plan/edge_package.py. They are the boot program, the on-device audit command and the
     network priority loader, each with every collection file it imports, transitively, in the collection's
     package layout under O(directory), modules at the top.
   - Installs them with one execution of M(edgetune.fleet.edge_files), which also removes the directories in which
@@ -67,7 +67,7 @@ removed:
   elements: path
 checks:
   description: The drift audit's C(file) checks of the package's files (C(setting), C(role), C(kind), C(path),
-    C(sha1)), as plugins/module_utils/edge_audit.py evaluates them.
+    C(sha1)), as plugins/module_utils/device/edge_audit.py evaluates them.
   returned: success
   type: list
   elements: dict

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module edge_pcie_vc: map PCIe traffic classes to a virtual channel on both ends of a link.
 
-The reading, planning and applying are plugins/module_utils/edge_pcie.py's, which
+The reading, planning and applying are plugins/module_utils/device/edge_pcie.py's, which
 edgetune-boot.service also runs at boot (edge_pcie.boot_apply).
 """
 
@@ -81,7 +81,7 @@ attributes:
 notes:
   - The mapping is lost when the link is reset without the kernel restoring it, or at reboot. The role
     edge_pcie_qos saves its mappings in edgetune's boot-time state format
-    (plugins/module_utils/edge_boot.py), re-applied at every boot by edgetune-boot.service (role edge_boot).
+    (plugins/module_utils/device/edge_boot.py), re-applied at every boot by edgetune-boot.service (role edge_boot).
   - A TC moved off an enabled VC must have no transactions in flight on the link; map TCs before the
     traffic that uses them starts.
   - Mapping a TC does nothing for traffic that does not carry it. The TC of a transaction is chosen by
@@ -162,10 +162,10 @@ diff:
 
 # Ansible modules keep their imports after the documentation strings.
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
-# The link's reading, planning and applying live in module_utils/edge_pcie.py (the drift
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError  # noqa: E402
+# The link's reading, planning and applying live in module_utils/device/edge_pcie.py (the drift
 # audit plans with the same code, and edgetune-boot.service re-applies with it).
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_pcie import run  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_pcie import run  # noqa: E402
 
 
 def main():

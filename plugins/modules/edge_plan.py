@@ -15,7 +15,7 @@ description:
     C(edge_facts) read (C(ansible_facts.edge) and C(edge_facts_profile)), and publishes it as the
     fact C(edge_plan). The roles apply their part of it; C(edgetune plan) prints it.
   - The plan holds every value derived from the intent, computed in one place
-    (C(plugins/module_utils/edge_plan.py)), the CPU partition (inference and housekeeping sets,
+    (C(plugins/module_utils/plan/edge_plan.py)), the CPU partition (inference and housekeeping sets,
     the default IRQ affinity, the nohz_full and rcu_nocbs sets), the kernel arguments for the
     bootloader in use, the power settings (the nvpmodel mode resolved by name, jetson_clocks, the
     cpufreq and devfreq settings with C(auto) resolved), the inference slice and its limits in

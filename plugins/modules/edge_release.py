@@ -213,7 +213,7 @@ import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact import (  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_artifact import (  # noqa: E402
     NAME_RE,
     ArtifactError,
     compatibility_problems,
@@ -226,9 +226,9 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact impor
     sha256_file,
     unpack,
 )
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import fsync_directory  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_serving import (  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_fileio import fsync_directory  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_serving import (  # noqa: E402
     RELEASE_FILE, installed_problems, program_of, runs_release, unit_state)
 
 MIB = 1024 * 1024

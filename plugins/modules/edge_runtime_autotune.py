@@ -13,7 +13,7 @@ description:
     (CPU affinity and the candidate's scheduling policy on every thread, as the unit would set
     them), each on a free port of 127.0.0.1 beside the service, which keeps serving. It streams
     greedy generations with the deploy gate's client and ranks the candidates by inter-token P99,
-    TTFT P99 as tie-break (plugins/module_utils/edge_autotune.py, on the code of
+    TTFT P99 as tie-break (plugins/module_utils/bench/edge_autotune.py, on the code of
     C(edgetune bench llm --host)).
   - >-
     Synthetic noise (O(noise)) runs on the housekeeping CPUs only when asked; otherwise every
@@ -136,7 +136,7 @@ choice:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_autotune  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.bench import edge_autotune  # noqa: E402
 
 
 def main():

@@ -219,11 +219,11 @@ import json  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import parse_cpulist  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_command  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_latency import run_load  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_llm import (  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_cpulist import parse_cpulist  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common import edge_command  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_latency import run_load  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_llm import (  # noqa: E402
     LLMError,
     golden_problems,
     latency_problems,
@@ -231,7 +231,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_llm import (  
     stream_completion,
     wait_ready,
 )
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import fmt, thread_mismatches, threads_of  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_sched import fmt, thread_mismatches, threads_of  # noqa: E402
 
 # What the unit's exit status means: the runtime's own codes (runtime/README.md)
 # and systemd's (systemd.exec(5), "Process exit codes").

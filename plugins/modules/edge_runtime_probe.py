@@ -124,9 +124,9 @@ unpinned_threads:
 import re  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_slice  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import format_cpulist, parse_cpulist  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import (  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common import edge_slice  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_cpulist import format_cpulist, parse_cpulist  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_sched import (  # noqa: E402
     compute_threads, explain_rt_refusal, port_holders, rt_budget_chain)
 
 SYSTEMD_EXIT = {214: "SETSCHEDULER", 215: "CPUAFFINITY"}

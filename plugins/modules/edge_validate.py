@@ -26,7 +26,7 @@ description:
     it, its value and what is allowed. The task fails when there is one; it never changes anything.
   - Unknown C(edge_*) variables in the host's variables are warned about, naming the nearest
     known one (when O(roles) is empty, or with O(warn_unknown)).
-  - The rules live in C(plugins/module_utils/edge_intent.py); the filters C(edge_cpu_partition)
+  - The rules live in C(plugins/module_utils/plan/edge_intent.py); the filters C(edge_cpu_partition)
     and C(edge_cgroups_plan) use the same code.
 version_added: "0.3.0"
 author:

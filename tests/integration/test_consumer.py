@@ -122,8 +122,8 @@ def test_tarball_leaves_out_the_development_files(consumer):
     with tarfile.open(str(consumer["tarball"])) as tar:
         names = set(tar.getnames())
     for wanted in ("MANIFEST.json", "meta/runtime.yml", "plugins/modules/edge_kernel_cmdline.py",
-                   "plugins/module_utils/edge_cmdline.py", "plugins/lookup/collection_file.py",
-                   "plugins/module_utils/edge_netqos_loader.py", "bpf/edge_classifier.c",
+                   "plugins/module_utils/device/edge_cmdline.py", "plugins/lookup/collection_file.py",
+                   "plugins/module_utils/device/edge_netqos_loader.py", "bpf/edge_classifier.c",
                    "roles/edge_bootargs/meta/argument_specs.yml", "playbooks/site.yml"):
         assert wanted in names, wanted
     for unwanted in ("molecule", "tests", "tools", "inventory/twin", ".cache", "Makefile", "ansible.cfg"):

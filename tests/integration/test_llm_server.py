@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_artifact as artifact
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_gguf, edge_llm, edge_sched
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_artifact as artifact
+from ansible_collections.edgetune.fleet.plugins.module_utils.bench import edge_gguf
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_llm, edge_sched
 from edgetune_dev import llm
 
 pytestmark = pytest.mark.controller

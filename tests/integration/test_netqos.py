@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_netqos_loader import launcher
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_netqos_loader import launcher
 
 pytestmark = [pytest.mark.controller, pytest.mark.netns]
 
@@ -209,7 +209,7 @@ def pair(request):
 
 @pytest.fixture
 def test_cgroup(request):
-    from ansible_collections.edgetune.fleet.plugins.module_utils import edge_netqos_loader as loader_module
+    from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_netqos_loader as loader_module
     mount = loader_module.cgroup2_mount()
     if mount is None:
         pytest.skip("no cgroup v2 hierarchy mounted on this host")
@@ -585,7 +585,8 @@ def test_role_check_mode_then_apply_then_idempotent_then_absent(pair, tmp_path):
     assert (tmp_path / "share" / "edge_classifier.c").read_text() == (ROOT / "bpf" / "edge_classifier.c").read_text()
     # The loader installed with the device package (role edge_package, the role's dependency), run by the command.
     package = tmp_path / "lib" / "ansible_collections" / "edgetune" / "fleet" / "plugins" / "module_utils"
-    assert {"edge_error.py", "edge_netqos_loader.py", "edge_boot.py"} <= {p.name for p in package.iterdir()}
+    assert {"common/edge_error.py", "device/edge_netqos_loader.py", "device/edge_boot.py"} <= {
+        str(p.relative_to(package)) for p in package.glob("*/*.py")}
     assert os.access(str(tmp_path / "sbin" / "edgetune-netqos"), os.X_OK)
     assert str(tmp_path / "lib") in (tmp_path / "sbin" / "edgetune-netqos").read_text()
     counters = pair.counters()
@@ -606,7 +607,7 @@ def test_role_check_mode_then_apply_then_idempotent_then_absent(pair, tmp_path):
 def audit_in_ns(pair, checks):
     """The drift audit's evaluation of the role's checks, run in namespace A as on the device."""
     code = ("import json, sys\nsys.path.insert(0, %r)\n"
-            "from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import audit\n"
+            "from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_audit import audit\n"
             "print(json.dumps(audit(json.load(sys.stdin))[0]))" % str(ROOT / "collections"))
     done = pair.in_ns(pair.ns_a, [sys.executable, "-c", code], input=json.dumps(checks), check=False)
     assert done.returncode == 0, done.stderr

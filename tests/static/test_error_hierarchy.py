@@ -6,7 +6,7 @@ import importlib
 import inspect
 from pathlib import Path
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import BadInput, EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import BadInput, EdgeError
 
 PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
 BUILTIN = {"ValueError", "RuntimeError", "Exception", "TypeError", "KeyError"}
@@ -29,8 +29,9 @@ def test_no_bare_builtin_error_carries_a_message():
 
 def test_every_error_class_of_the_module_utilities_is_an_edge_error():
     outside = []
-    for path in sorted((PLUGINS / "module_utils").glob("*.py")):
-        module = importlib.import_module("ansible_collections.edgetune.fleet.plugins.module_utils." + path.stem)
+    for path in sorted((PLUGINS / "module_utils").glob("*/*.py")):
+        module = importlib.import_module("ansible_collections.edgetune.fleet.plugins.module_utils.%s.%s"
+                                         % (path.parent.name, path.stem))
         for name, value in vars(module).items():
             if (inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == module.__name__
                     and not name.startswith("_") and not issubclass(value, EdgeError)):

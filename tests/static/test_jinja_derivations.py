@@ -1,6 +1,6 @@
 """The Jinja in roles/ and playbooks/ only shrinks: what is derived belongs to the plan.
 
-The plan (plugins/module_utils/edge_plan.py, computed once per device on the
+The plan (plugins/module_utils/plan/edge_plan.py, computed once per device on the
 controller) is where values are derived; the roles and playbooks should look
 them up. This test lists every Jinja expression in roles/ and playbooks/
 (``{{ ... }}`` and ``{% ... %}`` in YAML and templates) that is more than a
@@ -96,7 +96,7 @@ def test_jinja_derivations_only_shrink():
     new, gone = sorted(found - listed), sorted(listed - found)
     message = []
     if new:
-        message.append("%d new Jinja derivation(s) (compute them in the plan, plugins/module_utils/edge_plan.py, "
+        message.append("%d new Jinja derivation(s) (compute them in the plan, plugins/module_utils/plan/edge_plan.py, "
                        "or add them to %s):\n%s" % (len(new), ALLOWLIST.name, "\n".join("  " + n for n in new)))
     if gone:
         message.append("%d entr(y/ies) of %s no longer exist (remove them: the list only shrinks):\n%s"

@@ -6,8 +6,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_package import program_files
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_boot
+from ansible_collections.edgetune.fleet.plugins.module_utils.plan.edge_package import program_files
 
 try:
     from ansible.module_utils import _internal as module_internal
@@ -77,3 +77,12 @@ def install_boot_program(target):
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(str(repo / item["src"]), str(dest))
     return Path(target)
+
+
+def copy_module_util(name, package_root):
+    """Copy the module utility NAME into ``package_root`` (a copy of plugins/module_utils) in its subpackage."""
+    repo = Path(__file__).resolve().parents[2]
+    source, = repo.glob("plugins/module_utils/*/%s.py" % name)
+    dest = Path(package_root) / source.parent.name / source.name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(str(source), str(dest))

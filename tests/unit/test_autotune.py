@@ -1,4 +1,4 @@
-"""Autotune on the device (plugins/module_utils/edge_autotune.py): candidates the role can apply,
+"""Autotune on the device (plugins/module_utils/bench/edge_autotune.py): candidates the role can apply,
 measured side by side against a stand-in llama-server whose token gap depends on the threads or
 the policy it really runs with, so the test proves each candidate reached the server; the choice,
 the record and the refusals."""
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_autotune as at
+from ansible_collections.edgetune.fleet.plugins.module_utils.bench import edge_autotune as at
 
 FAKE_SOURCE = Path(__file__).parent / "fixtures" / "llm" / "fake_llama_server.py"
 DEFAULT = {"policy": "other", "priority": 40, "threads": "n"}

@@ -117,7 +117,7 @@ def test_a_plot_that_cannot_be_made_says_why_in_one_line(runtime, tmp_path, caps
 
 
 PIPED_SOURCE = "\n".join((REPO / src).read_text()
-                         for src in ("plugins/module_utils/edge_latency.py", "tools/edgetune_dev/bench.py"))
+                         for src in ("plugins/module_utils/device/edge_latency.py", "tools/edgetune_dev/bench.py"))
 
 
 def test_runs_standalone_from_stdin_with_the_system_python(runtime):

@@ -1,4 +1,4 @@
-"""The audit's declared check schema (plugins/module_utils/edge_audit.py CHECK_SCHEMA) and the filters that
+"""The audit's declared check schema (plugins/module_utils/device/edge_audit.py CHECK_SCHEMA) and the filters that
 build what the roles record: edge_file_checks, edge_record_files, edge_dvfs_overridden, edge_device_artifacts."""
 import hashlib
 import json
@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_netqos_loader as netqos
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact import device_paths
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import audit_checks as bootargs_checks
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_dvfs import overridden_by_restore
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_audit
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_netqos_loader as netqos
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_artifact import device_paths
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_cmdline import audit_checks as bootargs_checks
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_dvfs import overridden_by_restore
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -107,7 +107,7 @@ def test_file_checks_hash_the_rendered_text_and_leave_out_files_not_written():
 def test_the_file_checks_filter_reads_collection_files_by_their_bytes():
     from ansible.errors import AnsibleFilterError
     from ansible_collections.edgetune.fleet.plugins.filter.edge_file_checks import edge_file_checks
-    src = "plugins/module_utils/edge_cpulist.py"
+    src = "plugins/module_utils/common/edge_cpulist.py"
     checks = edge_file_checks([{"src": src, "dest": "ansible_collections/x/edge_cpulist.py"}], "edge_boot",
                               directory="/usr/local/lib/edgetune", setting="boot program")
     assert checks == [{"setting": "boot program edge_cpulist.py", "role": "edge_boot", "kind": "file",

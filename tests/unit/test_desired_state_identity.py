@@ -1,4 +1,4 @@
-"""A controller path is no part of a device's desired state (plugins/module_utils/edge_plan.py,
+"""A controller path is no part of a device's desired state (plugins/module_utils/plan/edge_plan.py,
 CONTROLLER_LOCATIONS): the files the controller ships are recorded by what they are.
 
 A twin applied from one checkout (AWX) and audited through another copy of the collection (a laptop)
@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from test_edge_intent import SPECS, TENSORRT, board, package_llm
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit, edge_package, edge_plan
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_intent as intent
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_audit
+
+from ansible_collections.edgetune.fleet.plugins.module_utils.plan import edge_package, edge_plan
+from ansible_collections.edgetune.fleet.plugins.module_utils.plan import edge_intent as intent
 
 OPTIONS = dict((role, list(options)) for role, options in SPECS.items())
 REPO = Path(__file__).resolve().parents[2]

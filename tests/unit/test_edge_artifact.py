@@ -1,4 +1,4 @@
-"""Manifests, tarball inspection and the compatibility rules (plugins/module_utils/edge_artifact.py).
+"""Manifests, tarball inspection and the compatibility rules (plugins/module_utils/device/edge_artifact.py).
 
 The L4T-to-TensorRT rows used here are written from NVIDIA's JetPack release
 notes (JetPack 5.1.x = L4T 35.2-35.6 with TensorRT 8.5.2; JetPack 6.0 = 36.3
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact import (
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_artifact import (
     ArtifactError,
     compatibility_problems,
     default_release,
@@ -453,7 +453,7 @@ def test_auto_needs_one_gguf_engine_the_board_accepts(packaged):
 def test_the_controller_checks_a_tarball_once_per_content(tmp_path, monkeypatch):
     """checked_manifest remembers a checked tarball by its sha256: the same content is not
     unpacked again (a fleet's preflight), other content is, and a failed check is not remembered."""
-    from ansible_collections.edgetune.fleet.plugins.module_utils import edge_artifact
+    from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_artifact
     files = {"model.json": b'{"x": 1}\n'}
     tar = make_tar(tmp_path / "a.tar.gz", [("model.json", files["model.json"])], engine_manifest_for(files))
     sha = edge_artifact.sha256_file(str(tar))

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit, edge_boot
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import (
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_audit, edge_boot
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_audit import (
     audit, audit_records, evaluate, prometheus_text)
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import parse_record, render_record
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_cmdline import parse_record, render_record
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bootloader"
 ARGS = ["isolcpus=managed_irq,domain,4-7", "nohz_full=4-7"]
@@ -244,7 +244,7 @@ def test_the_audit_judged_on_the_controller_from_the_facts_execution_finds_the_s
     """playbooks/audit.yml's one device execution: the records evaluated with the facts (applied_state),
     then judged against today's plan on the controller (task_results with evaluated) -- the same results
     as the module reading and judging them on the device, for every kind of finding."""
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import applied_state, task_results
+    from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_audit import applied_state, task_results
     root = device(tmp_path, " " + " ".join(ARGS), " " + " ".join(ARGS[:1]))       # one argument pending
     record(root, "edge_bootargs", [cmdline_check()])
     record(root, "edge_cpu", [cmdline_check(args=["nohz_full=1-3"], setting="other args")])
@@ -286,7 +286,7 @@ def test_on_device_command_writes_the_textfile_and_exits_1_on_drift(tmp_path):
     install = tmp_path / "lib"
     repo = Path(__file__).resolve().parents[2]
     # What role edge_audit_timer installs: the plan's files of the audit program.
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_package import program_files
+    from ansible_collections.edgetune.fleet.plugins.module_utils.plan.edge_package import program_files
     for item in program_files("audit"):
         dest = install / item["dest"]
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -656,7 +656,7 @@ def test_netqos_loader_failures_and_other_roots_are_an_error(tmp_path):
 # A converge skips what is current: the records read in the apply's first execution, decided by the plan.
 
 def test_applied_state_says_which_records_hold_now(tmp_path):
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import applied_state
+    from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_audit import applied_state
     root = device(tmp_path, " " + " ".join(ARGS), " " + " ".join(ARGS))
     assert applied_state(str(root), RECORD_DIR) == {}                   # never applied: every role runs
     record(root, "edge_bootargs", [cmdline_check()])
@@ -670,7 +670,7 @@ def test_applied_state_says_which_records_hold_now(tmp_path):
 
 
 def test_the_plan_skips_only_roles_that_are_current_and_hold():
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_plan import converge_part
+    from ansible_collections.edgetune.fleet.plugins.module_utils.plan.edge_plan import converge_part
     audit_part = {"roles": {role: {"enabled": True, "inputs": INPUTS}
                             for role in ("edge_bootargs", "edge_cpu", "edge_power", "edge_runtime", "edge_boot")}}
     audit_part["roles"]["edge_pcie_qos"] = {"enabled": False, "inputs": INPUTS}
@@ -698,7 +698,7 @@ def test_the_plan_skips_only_roles_that_are_current_and_hold():
 
 
 def test_the_release_an_apply_deploys_comes_from_the_controller_or_the_inventory():
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_plan import served_artifacts
+    from ansible_collections.edgetune.fleet.plugins.module_utils.plan.edge_plan import served_artifacts
     resolved = [{"kind": "runtime", "path": "/a/r.tar.gz", "sha256": "a" * 64},
                 {"kind": "engine", "path": "/a/e.tar.gz", "sha256": "b" * 64}]
     assert served_artifacts({"edge_runtime_artifact_source": "controller"}, resolved) == [

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_board import systemd_device_units
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_board import systemd_device_units
 
 ROOT = Path(__file__).resolve().parents[2]
 

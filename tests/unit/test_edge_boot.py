@@ -1,4 +1,4 @@
-"""The boot program (module_utils/edge_boot.py): one state format, every file on its own, in the boot's order.
+"""The boot program (module_utils/device/edge_boot.py): one state format, every file on its own, in the boot's order.
 
 The kinds' own appliers are tested with their modules (test_edge_irq_affinity, test_edge_dvfs,
 test_edge_pcie, test_edge_cgroup_rt, test_edge_jetson_clocks); here the format, the order and
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import install_boot_program, run_boot_program as run
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_plan import boot_part
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_boot
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.plan.edge_plan import boot_part
 
 REPO = Path(__file__).resolve().parents[2]
 PY38 = REPO / ".venv38" / "bin" / "python"

@@ -15,7 +15,7 @@ AnsibleFilterError = pytest.importorskip("ansible.errors", reason="needs ansible
 
 from ansible_collections.edgetune.fleet.plugins.filter import edge_boot_state as state_plugin  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.filter import edge_pcie_boot_settings as pcie_plugin  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_boot  # noqa: E402
 
 NVME = {"device_class": "0x0108", "tcs": [1], "vc_id": 1}
 

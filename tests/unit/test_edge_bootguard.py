@@ -1,9 +1,9 @@
-"""Unit tests for plugins/module_utils/edge_bootguard.py: the whole-entry boot check."""
+"""Unit tests for plugins/module_utils/device/edge_bootguard.py: the whole-entry boot check."""
 from pathlib import Path
 
 import pytest
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_bootguard import (
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_bootguard import (
     UnbootableEntry,
     boot_problems,
     check_bootable,
@@ -13,7 +13,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_bootguard impo
     parse_isolcpus,
     parse_kernel_cpulist,
 )
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import (
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_cmdline import (
     plan_armbian,
     plan_extlinux,
     split_cmdline,

@@ -1,4 +1,4 @@
-"""edgetune-netqos (plugins/module_utils/edge_netqos_loader.py): input parsing, validation and the
+"""edgetune-netqos (plugins/module_utils/device/edge_netqos_loader.py): input parsing, validation and the
 plan it derives from the live state. Pure functions, no kernel needed; runs
 under Python 3.8 too (the loader runs on JetPack 5's Python)."""
 import json
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_netqos_loader as bpf
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_netqos_loader import NetQosError
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_netqos_loader as bpf
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_netqos_loader import NetQosError
 
 # ------------------------------------------------------------------ ports
 

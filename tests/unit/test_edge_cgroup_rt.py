@@ -20,8 +20,8 @@ from conftest import install_boot_program, run_boot_program as boot
 import yaml
 
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot, edge_rt
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_boot, edge_rt
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
 
 REPO = Path(__file__).resolve().parents[2]
 PY38 = "/root/.pyenv/versions/3.8.18/bin/python"

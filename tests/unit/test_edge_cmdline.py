@@ -1,11 +1,11 @@
-"""Unit tests for plugins/module_utils/edge_cmdline.py (pure functions on fixture text)."""
+"""Unit tests for plugins/module_utils/device/edge_cmdline.py (pure functions on fixture text)."""
 from pathlib import Path
 
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import (
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_cmdline import (
     CBOOTARGS,
     FALLBACK_LABEL,
     FALLBACK_MENU_LABEL,

@@ -1,4 +1,4 @@
-"""plugins/module_utils/edge_code.py: one digest per role of the role's own code.
+"""plugins/module_utils/plan/edge_code.py: one digest per role of the role's own code.
 
 A fake collection in tmp_path (two roles, their modules, an action plugin, a
 filter, module utilities importing each other) shows which changes mark which
@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot, edge_code, edge_package, edge_plan
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_boot
+
+from ansible_collections.edgetune.fleet.plugins.module_utils.plan import edge_code, edge_package, edge_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = "ansible_collections.edgetune.fleet.plugins"
@@ -207,17 +209,17 @@ def test_the_real_collection_every_role_its_own_digest():
     assert "plugins/modules/edge_dvfs.py" in files["edge_power"]
     assert "plugins/modules/edge_dvfs.py" not in files["edge_cpu"]
     assert "plugins/modules/edge_kernel_cmdline.py" in files["edge_bootargs"]
-    assert "plugins/module_utils/edge_irq.py" in files["edge_cpu"]  # through edge_irq_affinity
-    assert "plugins/module_utils/edge_cpulist.py" in files["edge_cpu"]  # through edge_irq, transitively
+    assert "plugins/module_utils/device/edge_irq.py" in files["edge_cpu"]  # through edge_irq_affinity
+    assert "plugins/module_utils/common/edge_cpulist.py" in files["edge_cpu"]  # through edge_irq, transitively
     # The device package's code is its role's, not that of the roles that run its programs.
-    assert "plugins/module_utils/edge_netqos_loader.py" in files["edge_package"]
+    assert "plugins/module_utils/device/edge_netqos_loader.py" in files["edge_package"]
     assert "plugins/modules/edge_audit.py" in files["edge_package"]
     assert "plugins/modules/edge_audit.py" not in files["edge_audit_timer"]
     for program in shipped["edge_package"]:
         assert program in files["edge_package"]
     for role in found:
         assert not any(f.startswith("roles/") and not f.startswith("roles/%s/" % role) for f in files[role])
-        assert "plugins/module_utils/edge_plan.py" not in files[role]
+        assert "plugins/module_utils/plan/edge_plan.py" not in files[role]
 
 
 def test_the_real_collection_every_module_a_role_calls_exists():
@@ -245,12 +247,12 @@ def test_the_device_programs_are_their_entries_and_everything_they_import():
             assert imported in audit, (src, imported)
     boot = [f["src"] for f in edge_package.program_files("boot")]
     for name in edge_boot.UTILS.values():  # imported by name at boot
-        assert "plugins/module_utils/%s.py" % name in boot
+        assert "plugins/module_utils/device/%s.py" % name in boot
     assert {f["dest"] for f in edge_package.program_files("audit")} >= {
-        "edge_audit.py", "ansible_collections/edgetune/fleet/plugins/module_utils/edge_audit.py"}
+        "edge_audit.py", "ansible_collections/edgetune/fleet/plugins/module_utils/device/edge_audit.py"}
     netqos = [f["src"] for f in edge_package.program_files("netqos")]
-    assert netqos == ["plugins/module_utils/edge_error.py", "plugins/module_utils/edge_netqos_loader.py",
-                      "plugins/module_utils/edge_slice.py"]
+    assert netqos == ["plugins/module_utils/common/edge_error.py", "plugins/module_utils/common/edge_slice.py",
+                      "plugins/module_utils/device/edge_netqos_loader.py"]
     # One package, one role: every program's files once.
     package = edge_package.files()
     assert sorted(f["src"] for f in package) == sorted(set(audit + boot + netqos))

@@ -3,8 +3,8 @@ import time
 
 import pytest
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_command
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.common import edge_command
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
 
 
 def test_the_result_and_the_input_as_run_command_gives_them():

@@ -1,10 +1,10 @@
-"""Role edge_cpu's checks for the drift audit (plugins/module_utils/edge_cpu_checks.py): the interrupt
+"""Role edge_cpu's checks for the drift audit (plugins/module_utils/plan/edge_cpu_checks.py): the interrupt
 steering, each sysctl and the sysctl.d file by the sha1 of what ansible.posix.sysctl writes."""
 import hashlib
 
 from test_edge_plan import plan_for
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpu_checks import audit_checks
+from ansible_collections.edgetune.fleet.plugins.module_utils.plan.edge_cpu_checks import audit_checks
 
 SETTINGS = [{"name": "kernel.timer_migration", "value": 0}, {"name": "vm.stat_interval", "value": 10}]
 FILE = "/etc/sysctl.d/60-edgetune-cpu.conf"

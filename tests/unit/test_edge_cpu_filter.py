@@ -16,7 +16,7 @@ AnsibleFilterError = pytest.importorskip("ansible.errors", reason="needs ansible
 
 
 from ansible_collections.edgetune.fleet.plugins.filter import edge_cpu_partition as plugin  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_cpulist as cpulist  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common import edge_cpulist as cpulist  # noqa: E402
 partition = plugin.edge_cpu_partition
 
 PROFILES = {

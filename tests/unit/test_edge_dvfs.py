@@ -9,14 +9,15 @@ from pathlib import Path
 
 import edge_dvfs
 import pytest
+from conftest import copy_module_util
 from conftest import run_boot_program as boot
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_dvfs as dvfs
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_boot
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_dvfs as dvfs
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
 from ansible.module_utils.testing import patch_module_args
 
 REPO = Path(__file__).resolve().parents[2]
@@ -737,12 +738,12 @@ def test_boot_program_runs_from_the_installed_layout_without_ansible(rk, state_d
     run_module(dict(RK_TUNING, sysfs_root=str(rk), state_file=str(state_path(state_dir))), capsys)
     reboot(rk, "rk3588")
     install = tmp_path / "usr/local/lib/edgetune"
-    utils = install / edge_boot.PACKAGE.replace(".", "/")
+    utils = install / "ansible_collections/edgetune/fleet/plugins/module_utils"
     utils.mkdir(parents=True)
     others = set(edge_boot.UTILS.values()) - {"edge_dvfs"}
     for name in boot_program_names():
         if name not in others:
-            shutil.copy(str(REPO / "plugins/module_utils" / (name + ".py")), str(utils / (name + ".py")))
+            copy_module_util(name, utils)
     done = subprocess.run([python, "-S", "-m", edge_boot.PACKAGE + ".edge_boot", "--state-dir", str(state_dir),
                            "--root", str(rk)], cwd=str(install), env=dict(os.environ, PYTHONPATH=""),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
@@ -952,5 +953,5 @@ def test_documentation_matches_argument_spec(monkeypatch):
 
 def boot_program_names():
     """The module names of the files role edge_boot installs for the boot program (the plan's)."""
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_package import program_files
+    from ansible_collections.edgetune.fleet.plugins.module_utils.plan.edge_package import program_files
     return [f["src"].rsplit("/", 1)[-1][:-len(".py")] for f in program_files("boot")]

@@ -10,7 +10,7 @@ from pathlib import Path
 import edge_files
 import pytest
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
 
 REPO = Path(__file__).resolve().parents[2]
 UID, GID = os.getuid(), os.getgid()
@@ -104,7 +104,7 @@ PLAYBOOK = """
         owner: "{{ owner }}"
         group: "{{ group }}"
         files:
-          - {src: plugins/module_utils/edge_fileio.py, dest: "{{ root }}/lib/edge_fileio.py", mode: "0755"}
+          - {src: plugins/module_utils/common/edge_fileio.py, dest: "{{ root }}/lib/edge_fileio.py", mode: "0755"}
           - {content: "{{ {'role': 'edge_cpu'} | to_json }}", dest: "{{ root }}/records/edge_cpu.json", mode: "0600"}
 """
 
@@ -129,13 +129,13 @@ def test_real_playbook_runs_check_first_then_install_then_nothing_then_repair(tm
     real = run()
     assert real.returncode == 0 and "changed=1" in real.stdout, real.stdout
     installed = root / "lib/edge_fileio.py"
-    assert installed.read_bytes() == (REPO / "plugins/module_utils/edge_fileio.py").read_bytes()
+    assert installed.read_bytes() == (REPO / "plugins/module_utils/common/edge_fileio.py").read_bytes()
     assert mode_of(installed) == 0o755 and mode_of(root / "records/edge_cpu.json") == 0o600
     assert "changed=0" in run().stdout
     installed.write_text("# edited on the device\n")
     repaired = run("--diff")
     assert "changed=1" in repaired.stdout and "-# edited on the device" in repaired.stdout, repaired.stdout
-    assert installed.read_bytes() == (REPO / "plugins/module_utils/edge_fileio.py").read_bytes()
+    assert installed.read_bytes() == (REPO / "plugins/module_utils/common/edge_fileio.py").read_bytes()
 
 
 @pytest.mark.controller

@@ -1,11 +1,11 @@
-"""The GGUF reader (plugins/module_utils/edge_gguf.py) on small files this test
+"""The GGUF reader (plugins/module_utils/bench/edge_gguf.py) on small files this test
 writes from the GGUF specification (ggml docs/gguf.md), and on truncated and
 corrupt ones, which must be refused with GGUFError, never another exception."""
 import struct
 
 import pytest
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_gguf as gguf
+from ansible_collections.edgetune.fleet.plugins.module_utils.bench import edge_gguf as gguf
 
 
 # ------------------------------------------------------------------ a writer, from the spec

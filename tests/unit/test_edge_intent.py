@@ -1,4 +1,4 @@
-"""plugins/module_utils/edge_intent.py: the intent validated before any change, every role at once.
+"""plugins/module_utils/plan/edge_intent.py: the intent validated before any change, every role at once.
 
 The board profiles are the real ones (roles/edge_facts/files/board_profiles),
 matched the way role edge_facts matches them; the specs are the roles' own
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_intent as intent
+from ansible_collections.edgetune.fleet.plugins.module_utils.plan import edge_intent as intent
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = [yaml.safe_load(p.read_text())
@@ -796,7 +796,7 @@ def test_the_runtimes_python_is_checked_when_it_is_the_one_edge_facts_ran_with(a
 # What edge_facts reads for the checks (the preflight's one device read)
 
 def test_edge_facts_reads_the_rt_throttling(tmp_path):
-    from ansible_collections.edgetune.fleet.plugins.module_utils import edge_board
+    from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_board
     sysctl = tmp_path / "proc/sys/kernel"
     sysctl.mkdir(parents=True)
     (sysctl / "sched_rt_period_us").write_text("1000000\n")

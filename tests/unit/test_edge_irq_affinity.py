@@ -6,7 +6,7 @@ queue vectors that the kernel spreads itself. The kernel refuses an affinity
 write to per-CPU and managed interrupts with EIO; FakeKernel does the same, and
 one test uses the immutable flag (EPERM) the way the device twin does.
 
-The writes are in plugins/module_utils/edge_irq.py, shared by the module and the
+The writes are in plugins/module_utils/device/edge_irq.py, shared by the module and the
 boot program (edge_boot.apply_dir, kind irq_affinity); FakeKernel replaces
 edge_irq.write_value.
 """
@@ -23,10 +23,13 @@ from pathlib import Path
 
 import edge_irq_affinity as irqmod
 import pytest
+from conftest import copy_module_util
 import yaml
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot, edge_cpulist, edge_irq
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.common import edge_cpulist
+
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_boot, edge_irq
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
 from ansible.module_utils.testing import patch_module_args
 
 REPO = Path(__file__).resolve().parents[2]
@@ -560,7 +563,7 @@ def _install_boot(install):
     package = install / "ansible_collections/edgetune/fleet/plugins/module_utils"
     package.mkdir(parents=True)
     for name in BOOT_FILES:
-        shutil.copy(str(REPO / "plugins/module_utils" / (name + ".py")), str(package / (name + ".py")))
+        copy_module_util(name, package)
     return install
 
 
@@ -795,5 +798,5 @@ def test_documentation_matches_argument_spec(monkeypatch):
 
 def boot_program_names():
     """The module names of the files role edge_boot installs for the boot program (the plan's)."""
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_package import program_files
+    from ansible_collections.edgetune.fleet.plugins.module_utils.plan.edge_package import program_files
     return [f["src"].rsplit("/", 1)[-1][:-len(".py")] for f in program_files("boot")]

@@ -18,8 +18,8 @@ import pytest
 from conftest import install_boot_program
 import yaml
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot, edge_clocks
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_boot, edge_clocks
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
 
 REPO = Path(__file__).resolve().parents[2]
 GUEST = REPO / "tools" / "edgetune_dev" / "twin" / "guest"

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import FALLBACK_LABEL, plan_extlinux
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_fileio import atomic_write, backup_files
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_cmdline import FALLBACK_LABEL, plan_extlinux
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_fileio import atomic_write, backup_files
 from ansible.module_utils.testing import patch_module_args
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bootloader"

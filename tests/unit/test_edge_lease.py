@@ -1,4 +1,4 @@
-"""The apply lease (plugins/module_utils/edge_lease.py): one apply at a time per device. Taken,
+"""The apply lease (plugins/module_utils/device/edge_lease.py): one apply at a time per device. Taken,
 kept by its own run, waited for and refused with the holder's name, taken over when expired, from an
 earlier boot or from a run its controller saw end; given back only by its holder; two takers
 racing for it never both win."""
@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_lease as lease
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_lease as lease
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
 
 
 def holder(run="ctl:100:555", user="ops", playbook="site.yml"):

@@ -1,4 +1,4 @@
-"""Token latency of an LLM server (plugins/module_utils/edge_llm.py) and the
+"""Token latency of an LLM server (plugins/module_utils/device/edge_llm.py) and the
 edge_runtime_gate's stream and golden gates, against a local server that
 streams Server-Sent Events the way llama-server does (chunked, one event per
 token, a last [DONE]), with delays the test chooses."""
@@ -9,7 +9,7 @@ import time
 import pytest
 from test_edge_runtime_gate import ACTIVE, run_gate
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_llm
 
 
 # ------------------------------------------------------------------ SSE parsing

@@ -5,7 +5,7 @@ import edge_numa_info as numa
 import pytest
 
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
 
 
 def node(root, number, cpus):

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_command
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_nvpmodel import (
+from ansible_collections.edgetune.fleet.plugins.module_utils.common import edge_command
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_nvpmodel import (
     parse_conf,
     parse_query_output,
     parse_status,

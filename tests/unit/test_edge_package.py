@@ -1,4 +1,4 @@
-"""The device package (plugins/module_utils/edge_package.py): one manifest, every program's files once,
+"""The device package (plugins/module_utils/plan/edge_package.py): one manifest, every program's files once,
 installed as role edge_package's action lays them out, and each program runs from that directory alone."""
 import json
 import os
@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_audit, edge_package, edge_plan
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_audit
+
+from ansible_collections.edgetune.fleet.plugins.module_utils.plan import edge_package, edge_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,9 +35,9 @@ def test_every_program_of_the_manifest_is_in_the_package_once():
         assert {f["src"] for f in edge_package.program_files(program)} <= set(sources), program
     # the audit command at the top, beside the package layout that holds its module utility of the same name
     dests = {f["dest"] for f in files}
-    assert {"edge_audit.py", "ansible_collections/edgetune/fleet/plugins/module_utils/edge_audit.py",
-            "ansible_collections/edgetune/fleet/plugins/module_utils/edge_netqos_loader.py",
-            "ansible_collections/edgetune/fleet/plugins/module_utils/edge_boot.py"} <= dests
+    assert {"edge_audit.py", "ansible_collections/edgetune/fleet/plugins/module_utils/device/edge_audit.py",
+            "ansible_collections/edgetune/fleet/plugins/module_utils/device/edge_netqos_loader.py",
+            "ansible_collections/edgetune/fleet/plugins/module_utils/device/edge_boot.py"} <= dests
     assert edge_package.sources() == sorted(sources)
 
 
@@ -80,3 +82,17 @@ def test_the_audit_command_and_the_boot_program_run_from_the_package_alone(tmp_p
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                           cwd=str(directory), env=env, check=False)
     assert boot.returncode == 0, boot.stderr
+
+
+def test_the_flat_module_utilities_of_earlier_releases_are_removed_and_nothing_installed_is(tmp_path):
+    from ansible_collections.edgetune.fleet.plugins.modules.edge_files import to_remove
+    directory = tmp_path / "package"
+    install(directory)
+    flat = directory / "ansible_collections/edgetune/fleet/plugins/module_utils"
+    for name in ("edge_boot.py", "edge_error.py", "edge_netqos_loader.py"):  # as an earlier release left them
+        (flat / name).write_text("# earlier release\n")
+    earlier = edge_package.earlier_files(str(directory))
+    assert str(flat / "edge_audit.py") in earlier and str(flat / "edge_cpulist.py") in earlier
+    files = [{"dest": str(directory / f["dest"])} for f in edge_package.files()]
+    assert to_remove(earlier, files) == sorted(str(flat / n) for n in ("edge_boot.py", "edge_error.py",
+                                                                        "edge_netqos_loader.py"))

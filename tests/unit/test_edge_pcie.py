@@ -17,14 +17,15 @@ from pathlib import Path
 
 import edge_pcie_vc
 import pytest
+from conftest import copy_module_util
 from conftest import run_boot_program as boot
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_boot
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_pcie as pcie
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_boot
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_pcie as pcie
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
 from ansible.module_utils.testing import patch_module_args
 
 REPO = Path(__file__).resolve().parents[2]
@@ -939,9 +940,9 @@ def test_boot_program_runs_from_the_installed_layout_without_ansible(tmp_path):
     needed = ("edge_boot", "edge_error", "edge_fileio", "edge_pcie")
     assert set(needed) <= set(boot_program_names())
     for name in needed:
-        shutil.copy(str(REPO / "plugins/module_utils" / (name + ".py")), str(utils / (name + ".py")))
+        copy_module_util(name, utils)
     directory = state_dir(tmp_path, pcie.boot_settings([NVME_TC1], 0.5))
-    command = [_device_python(), "-m", "ansible_collections.edgetune.fleet.plugins.module_utils.edge_boot",
+    command = [_device_python(), "-m", "ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_boot",
                "--state-dir", str(directory), "--root", str(root)]
     done = subprocess.run(command, cwd=str(install), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, env=dict(os.environ, PYTHONPATH=""), check=False)
@@ -1091,7 +1092,7 @@ PCIE_CHECK = {"setting": "PCIe class 0x0108 TC 1 on VC ID 1", "role": "edge_pcie
 
 
 def test_audit_names_both_ends_until_the_mapping_is_made_and_then_is_ok(twin_link, partner, capsys):
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import evaluate
+    from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_audit import evaluate
     root, (rp, ep) = twin_link
     before = snapshot(root)
     result = evaluate(PCIE_CHECK, str(root))
@@ -1115,7 +1116,7 @@ def test_audit_names_both_ends_until_the_mapping_is_made_and_then_is_ok(twin_lin
 
 
 def test_audit_of_a_link_without_virtual_channels_is_unsupported(tmp_path):
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import evaluate
+    from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_audit import evaluate
     link_tree(tmp_path, spec_image([], class_code=0x060400, port_type=0x4), spec_image([]))
     result = evaluate(PCIE_CHECK, str(tmp_path))
     assert result["state"] == "unsupported" and "no Virtual Channel capability" in result["detail"]
@@ -1123,7 +1124,7 @@ def test_audit_of_a_link_without_virtual_channels_is_unsupported(tmp_path):
 
 
 def test_the_drift_audit_checks_each_mapping_and_the_state_file_the_boot_reads():
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_pcie import audit_checks
+    from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_pcie import audit_checks
     mappings = [{"device_class": "0x0108", "tcs": [1], "vc_id": 1}, {"device": "0000:01:00.0", "tcs": [2, 3]}]
     found = audit_checks(mappings, "/etc/edgetune/boot.d/pcie-vc.json", '{"state": 1}\n')
     assert found[0] == {"setting": "PCIe class 0x0108 TC 1 on VC ID 1", "role": "edge_pcie_qos", "kind": "pcie_vc",
@@ -1138,5 +1139,5 @@ def test_the_drift_audit_checks_each_mapping_and_the_state_file_the_boot_reads()
 
 def boot_program_names():
     """The module names of the files role edge_boot installs for the boot program (the plan's)."""
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_package import program_files
+    from ansible_collections.edgetune.fleet.plugins.module_utils.plan.edge_package import program_files
     return [f["src"].rsplit("/", 1)[-1][:-len(".py")] for f in program_files("boot")]

@@ -1,4 +1,4 @@
-"""plugins/module_utils/edge_plan.py: one plan per device from the validated intent and the board.
+"""plugins/module_utils/plan/edge_plan.py: one plan per device from the validated intent and the board.
 
 The boards are test_edge_intent's (facts as edge_facts reads them, the real
 board profiles); the expected values are written here from the boards'
@@ -9,8 +9,8 @@ AGX Orin on r35: three clusters, cgroup v1/hybrid by default; RK3588: policies
 import pytest
 from test_edge_intent import BOARDS, SPECS, board
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_intent as intent
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_plan
+from ansible_collections.edgetune.fleet.plugins.module_utils.plan import edge_intent as intent
+from ansible_collections.edgetune.fleet.plugins.module_utils.plan import edge_plan
 
 
 def plan_for(name, values=None):
@@ -281,7 +281,7 @@ def test_code_digests_are_each_role_s_own_code():
     the fake collections of test_edge_code show which change marks which role."""
     from ansible_collections.edgetune.fleet.plugins.action.edge_plan import code_digests
     from ansible_collections.edgetune.fleet.plugins.lookup.collection_file import COLLECTION_ROOT
-    from ansible_collections.edgetune.fleet.plugins.module_utils import edge_code
+    from ansible_collections.edgetune.fleet.plugins.module_utils.plan import edge_code
     found = code_digests(edge_plan.RECORDED_ROLES)
     assert code_digests(edge_plan.RECORDED_ROLES) == found
     assert len(set(found.values())) == len(edge_plan.RECORDED_ROLES)
@@ -341,7 +341,7 @@ def test_the_device_package_directory_is_an_input_of_the_roles_that_run_its_prog
 # NUMA: the layout edge_facts reads (a fixture sysfs tree), bound once in the plan.
 
 def two_node_layout(root, nodes, accelerator_node):
-    from ansible_collections.edgetune.fleet.plugins.module_utils import edge_numa
+    from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_numa
     for number, cpus in enumerate(nodes):
         directory = root / "sys/devices/system/node" / ("node%d" % number)
         directory.mkdir(parents=True)

@@ -1,8 +1,8 @@
-"""Role edge_power's checks for the drift audit (plugins/module_utils/edge_dvfs.py audit_checks), from
+"""Role edge_power's checks for the drift audit (plugins/module_utils/device/edge_dvfs.py audit_checks), from
 the plan's power part and the edge_dvfs module's plan on the device: one value per managed governor
 and limit at its sysfs attribute, a policy offline until a pending power mode's boot checked as it
 will be, one the mode keeps offline unsupported, then jetson_clocks and the nvpmodel mode."""
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_dvfs import audit_checks
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_dvfs import audit_checks
 
 POWER = {"jetson_clocks_managed": True, "jetson_clocks": True, "nvpmodel_managed": True,
          "nvpmodel_mode": "MAXN_SUPER", "cpufreq": [{"policy": 4, "governor": "performance", "max_freq": 1984000}]}

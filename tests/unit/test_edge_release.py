@@ -15,8 +15,8 @@ from pathlib import Path
 import edge_release
 import pytest
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_artifact import sha256_file
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_artifact import sha256_file
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
 from ansible.module_utils.testing import patch_module_args
 from edgetune_dev import artifacts
 
@@ -275,7 +275,7 @@ def test_the_device_checks_its_own_machine_and_glibc(tmp_path, capsys, built):
 
 # --------------------------------------------------------------------------
 # The release serving: edge_release repairs a damaged release and says when the service must
-# restart; the drift audit's runtime check (plugins/module_utils/edge_audit.py) names each drift.
+# restart; the drift audit's runtime check (plugins/module_utils/device/edge_audit.py) names each drift.
 
 SERVICE = "edgetune-runtime.service"
 
@@ -324,7 +324,7 @@ def runtime_check(root, release, artifacts, **expect):
 
 def test_the_runtime_check_holds_while_the_release_serves_and_names_each_drift(tmp_path, capsys, built, unit,
                                                                                server):
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import evaluate
+    from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_audit import evaluate
     root = tmp_path / "opt"
     run(capsys, root=str(root), artifacts=built["1.0.0"])
     release = root / "releases" / name("1.0.0")

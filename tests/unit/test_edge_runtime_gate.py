@@ -1,5 +1,5 @@
-"""Scheduling and port readers (plugins/module_utils/edge_sched.py), latency measurement
-(plugins/module_utils/edge_latency.py), and the edge_runtime_gate and edge_runtime_probe
+"""Scheduling and port readers (plugins/module_utils/device/edge_sched.py), latency measurement
+(plugins/module_utils/device/edge_latency.py), and the edge_runtime_gate and edge_runtime_probe
 modules against real local processes and servers.
 
 systemd is not running where the unit tests run: the gate's view of the unit
@@ -18,8 +18,8 @@ import edge_runtime_gate
 import edge_runtime_probe
 import pytest
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_latency import percentile, run_load, summarize
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import (
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_latency import percentile, run_load, summarize
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_sched import (
     compute_threads,
     explain_rt_refusal,
     parse_stat,
@@ -28,7 +28,7 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import (
     thread_mismatches,
     threads_of,
 )
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
 from ansible.module_utils.testing import patch_module_args
 
 

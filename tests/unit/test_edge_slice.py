@@ -1,8 +1,12 @@
-"""A slice's cgroup as systemd nests it (plugins/module_utils/edge_slice.py), the one rule every module uses."""
+"""A slice's cgroup as systemd nests it (plugins/module_utils/common/edge_slice.py), the one rule every module uses."""
 import pytest
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_rt, edge_slice, edge_slice_checks
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_netqos_loader
+from ansible_collections.edgetune.fleet.plugins.module_utils.common import edge_slice
+
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_rt
+
+from ansible_collections.edgetune.fleet.plugins.module_utils.plan import edge_slice_checks
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_netqos_loader
 
 
 @pytest.mark.parametrize("name, chain, cgroup", [

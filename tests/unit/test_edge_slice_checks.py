@@ -1,7 +1,7 @@
 """The inference slice's live cgroup values the drift audit checks (plugins/module_utils/
 edge_slice_checks.py), from the plan's slice part: the paths below systemd's own cgroup on cgroup v2
 and v1, the values systemd writes, and the v2-only settings reported unsupported with the reason."""
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_slice_checks as checks
+from ansible_collections.edgetune.fleet.plugins.module_utils.plan import edge_slice_checks as checks
 
 SLICE = {"name": "ai-infer.slice", "cpus": [4, 5, 6, 7], "cpulist": "4-7", "numa_node": None, "cgroup": "unified",
          "v1": False, "cpu_weight": 1000, "cpu_quota": "400%", "memory_max": "90%", "memory_high": "6G",

@@ -30,7 +30,7 @@ COLLECTION_PREFIX = "ansible_collections.edgetune.fleet."
 # Imports that an EE does not install, and why. Each must still be imported somewhere
 # (test_exclusions_are_current), so the list cannot go stale silently.
 NOT_IN_EE = {
-    # module_utils/edge_netqos_loader.py (imported by edge_intent on the controller) imports
+    # module_utils/device/edge_netqos_loader.py (imported by edge_intent on the controller) imports
     # them inside the functions that run on the devices, which get Debian's python3-bpfcc
     # and python3-pyroute2 from the edge_netqos role.
     "bcc": "the eBPF loader's, on the devices (and `edgetune bpf` on its own host, through the "

@@ -13,7 +13,7 @@ from conftest import LocalServer
 from test_edge_gguf import write_gguf
 from test_edge_llm import Streamer
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_artifact as artifact
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_artifact as artifact
 from edgetune_dev import llm
 from edgetune.errors import UsageError
 

@@ -1,4 +1,4 @@
-"""The host mode of the LLM bench (plugins/module_utils/edge_llm_bench.py): candidates parsed and
+"""The host mode of the LLM bench (plugins/module_utils/bench/edge_llm_bench.py): candidates parsed and
 refused, and a whole run against a stand-in llama-server whose token gap depends on the policy it
 really runs with, so the test proves the placement and the policy reached the server's threads."""
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm_bench as hb
+from ansible_collections.edgetune.fleet.plugins.module_utils.bench import edge_llm_bench as hb
 
 FAKE_SOURCE = Path(__file__).parent / "fixtures" / "llm" / "fake_llama_server.py"
 PROGRAM = Path(hb.__file__).resolve()

@@ -1,6 +1,6 @@
 """The Prometheus side of the audit: one metric definition, two textfiles, the alert rules and the dashboard.
 
-plugins/module_utils/edge_metrics.py (METRICS) names every metric; the device's
+plugins/module_utils/device/edge_metrics.py (METRICS) names every metric; the device's
 textfile (edge_audit.prometheus_text) and the controller's (`edgetune audit
 --prometheus`, audit_report.prometheus) both render from it. extras/prometheus/
 ships the alert rules with their promtool unit tests, whose input series are
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_metrics
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_audit import prometheus_text
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_metrics
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_audit import prometheus_text
 
 ROOT = Path(__file__).resolve().parents[2]
 EXTRAS = ROOT / "extras" / "prometheus"
@@ -156,10 +156,10 @@ def test_render_refuses_what_the_definition_does_not_say():
 def test_the_device_side_is_python_38_stdlib():
     """edge_metrics.py runs on the device (the audit timer): no third-party import (the collection's own
     error hierarchy is shipped with it, in the audit program's import closure), none of 3.9's syntax."""
-    source = (ROOT / "plugins" / "module_utils" / "edge_metrics.py").read_text()
+    source = (ROOT / "plugins" / "module_utils" / "device" / "edge_metrics.py").read_text()
     imports = re.findall(r"^(?:from|import) (\S+)", source, re.M)
     assert set(imports) <= {"__future__", "collections", "math",
-                            "ansible_collections.edgetune.fleet.plugins.module_utils.edge_error"}
+                            "ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error"}
     import ast
     ast.parse(source, feature_version=(3, 8))
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_sched import threads_of
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_sched import threads_of
 from edgetune_dev import artifacts
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ The last two are the LLM runtime and engine (tools/edgetune_dev/llm.py): llama.c
 llama-server built from source in a container of each target distribution and
 cached by content hash, and the GGUF taken from a Python wheel.
 
-Each tarball holds MANIFEST.json (schema in plugins/module_utils/edge_artifact.py);
+Each tarball holds MANIFEST.json (schema in plugins/module_utils/device/edge_artifact.py);
 the sidecar manifest is the same document plus the tarball's sha256 and size.
 Tarballs are reproducible: sorted members, fixed owner and mtime, gzip
 without a timestamp, so the same sources give the same sha256.
@@ -37,7 +37,7 @@ from edgetune import outputs
 from edgetune.errors import UsageError
 from edgetune_runtime import engine as engine_mod
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_artifact as artifact
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_artifact as artifact
 
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME_DIR = REPO / "runtime"

@@ -5,14 +5,14 @@
 
 Sends POST /infer requests over keep-alive connections and reports P50, P90,
 P99, max, mean and QPS (nearest-rank percentiles, the same method as the
-deploy gate in plugins/module_utils/edge_latency.py). Exit codes: 0, 1 when --p99-ms
+deploy gate in plugins/module_utils/device/edge_latency.py). Exit codes: 0, 1 when --p99-ms
 is exceeded or requests failed, 2 on usage errors or when nothing answers.
 
-The requests are sent by plugins/module_utils/edge_latency.py, the deploy gate's own
+The requests are sent by plugins/module_utils/device/edge_latency.py, the deploy gate's own
 load generator. Both files use only the standard library and run on Python
 3.8, so the same code measures on a device with its system Python:
 
-    cat plugins/module_utils/edge_latency.py tools/edgetune_dev/bench.py | python3 - latency --url http://127.0.0.1:8470
+    cat plugins/module_utils/device/edge_latency.py tools/edgetune_dev/bench.py | python3 - latency --url http://127.0.0.1:8470
 
 (`edgetune-dev bench runtime` does that inside a twin). The PNG histogram needs
 matplotlib on the controller (requirements.txt). The numbers are printed before
@@ -33,7 +33,7 @@ except ImportError:  # piped onto a device, where edgetune is not installed
 if "run_load" not in globals():  # imported as the harness's module (piped, edge_latency.py came first)
     # The deploy gate's load generator and percentiles: one implementation.
     # summarize is for the runtime bench (bench.summarize).
-    from ansible_collections.edgetune.fleet.plugins.module_utils.edge_latency import (  # noqa: F401
+    from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_latency import (  # noqa: F401
         percentile, run_load, summarize)
 
 

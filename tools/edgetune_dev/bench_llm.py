@@ -1,7 +1,7 @@
 """Token latency of the deployed llama-server under noise: the numbers and the report of tools/bench-runtime.
 
 The measuring runs on the device, with its system Python and no edgetune
-installed: ``device_program()`` is plugins/module_utils/edge_error.py,
+installed: ``device_program()`` is plugins/module_utils/common/edge_error.py,
 edge_latency.py and edge_llm.py (the deploy gate's own streaming client)
 followed by a small command line, piped to ``python3 -``:
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from edgetune_dev import bench, bench_pages
 from edgetune.errors import UsageError
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm_bench
+from ansible_collections.edgetune.fleet.plugins.module_utils.bench import edge_llm_bench
 
 MODULE_UTILS = Path(__file__).resolve().parents[2] / "plugins" / "module_utils"
 # The imports between the piped files; on the device they are one script.
@@ -60,7 +60,7 @@ if __name__ == "__main__":
 def device_program():
     """The Python source the device runs (stdlib only, Python 3.8)."""
     parts = [_COLLECTION_IMPORT.sub("", (MODULE_UTILS / name).read_text())
-             for name in ("edge_error.py", "edge_latency.py", "edge_llm.py")]
+             for name in ("common/edge_error.py", "device/edge_latency.py", "device/edge_llm.py")]
     return "\n\n".join(parts) + _DRIVER
 
 

@@ -35,8 +35,8 @@ import sys
 import time
 
 from edgetune_dev import bench_pages  # (edgetune_dev also puts the checkout's collection on the import path)
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_netqos_loader as netqos
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import (format_cpulist, format_cpumask,
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_netqos_loader as netqos
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_cpulist import (format_cpulist, format_cpumask,
                                                                                  parse_cpulist)
 
 A_ADDR, B_ADDR = "10.78.0.1", "10.78.0.2"
@@ -309,7 +309,7 @@ LLM_STAGES = ("no bulk", "bulk, without the classifier", "bulk, with the classif
 CLIENT = r"""
 import json, sys
 sys.path.insert(0, sys.argv[2])
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_llm
 o = json.loads(sys.argv[1])
 _summary, runs = edge_llm.measure(o["port"], o["prompt"], o["max_tokens"], o["runs"], o["warmup"], host=o["host"],
                                   timeout=o["timeout"])
@@ -340,7 +340,8 @@ class LlmBench(Bench):
         deadline = time.time() + 120
         while True:
             probe = subprocess.run(self.nsenter(self.ns_b) + [PYTHON, "-c", "import sys\nsys.path.insert(0, %r)\n"
-                                   "from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm\n"
+                                   "from ansible_collections.edgetune.fleet.plugins.module_utils.device "
+                                   "import edge_llm\n"
                                    "edge_llm.wait_ready(%d, host=%r, timeout=2)" % (netqos.collections_root(),
                                                                                      INFER_PORT, A_ADDR)],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)

@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 from edgetune_dev import CHECKOUT
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_cpulist, edge_llm_bench
+from ansible_collections.edgetune.fleet.plugins.module_utils.bench import edge_llm_bench
+from ansible_collections.edgetune.fleet.plugins.module_utils.common import edge_cpulist
 
 from edgetune.errors import UsageError
 

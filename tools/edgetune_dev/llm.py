@@ -42,9 +42,9 @@ from pathlib import Path
 
 from edgetune.errors import UsageError
 
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_artifact as artifact
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_gguf as gguf
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_llm
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_artifact as artifact
+from ansible_collections.edgetune.fleet.plugins.module_utils.bench import edge_gguf as gguf
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_llm
 
 REPO = Path(__file__).resolve().parents[2]
 # The downloads and builds live outside the checkout, keyed by content: a fresh clone (CI's) reuses
@@ -559,7 +559,7 @@ def deployable(artifacts_dir, machine, glibc):
     as ``getconf GNU_LIBC_VERSION`` says) and the GGUF engine, from the manifests the packager wrote
     beside the tarballs in ``artifacts_dir``: (runtime manifest, engine manifest), each with its
     tarball's ``path``. The same choice as edge_runtime's default (``auto``) makes on the device."""
-    from ansible_collections.edgetune.fleet.plugins.module_utils import edge_artifact
+    from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_artifact
     try:
         return edge_artifact.default_release(str(artifacts_dir), {"architecture": machine, "glibc": glibc},
                                              unknown=("python", "tensorrt", "rknn"))

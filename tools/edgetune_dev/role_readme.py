@@ -496,7 +496,7 @@ def _shared_exports(collection):
         " at most once, after all its roles; no role ever reboots." % (
             playbook or "No playbook", ", ".join("`%s`" % n for n in collected) or "none", REBOOT_REASONS),
         "- **`edge_<role>_audit`**: the role's drift checks, a list of mappings (`setting`, `role`, `kind` and the"
-        " keys of that kind; the kinds are described in plugins/module_utils/edge_audit.py)."
+        " keys of that kind; the kinds are described in plugins/module_utils/device/edge_audit.py)."
         " Role `edge_record` records them on the device with what the desired state was made of;"
         " playbooks/audit.yml's `%s.edge_audit` call and the on-device timer evaluate those records."
         " Published by %s." % (

@@ -281,7 +281,7 @@ def test_another_copy_of_the_collection_and_its_artifacts_audits_clean_until_an_
 MOVE_TC1_BACK_TO_VC0 = """
 import sys
 sys.path.insert(0, "/usr/local/lib/edgetune/package")
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_pcie
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_pcie
 path = "/sys/bus/pci/devices/%s/config"
 vc = [v for v in edge_pcie.parse(edge_pcie.read_config(path))["vc_capabilities"] if v["type"] == "VC"][0]
 vc0, vc1 = vc["vcs"][0], vc["vcs"][1]

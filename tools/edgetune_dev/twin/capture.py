@@ -39,15 +39,15 @@ from edgetune_dev.twin import device as devices
 from edgetune_dev.twin import manager
 
 # The parsers edge_facts and the roles use on the device: the capture reads what they read.
-from ansible_collections.edgetune.fleet.plugins.module_utils import edge_pcie
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_board import cgroup_mode_of
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cmdline import ExtlinuxConfig
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_cpulist import parse_cpulist
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_error import EdgeError
-from ansible_collections.edgetune.fleet.plugins.module_utils.edge_nvpmodel import parse_conf
+from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_pcie
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_board import cgroup_mode_of
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_cmdline import ExtlinuxConfig
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_cpulist import parse_cpulist
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_nvpmodel import parse_conf
 
 # The board profiles of the collection these tools import (a checkout, or the installed one Ansible finds).
-PROFILES_DIR = Path(edge_pcie.__file__).resolve().parents[2] / "roles" / "edge_facts" / "files" / "board_profiles"
+PROFILES_DIR = Path(edge_pcie.__file__).resolve().parents[3] / "roles" / "edge_facts" / "files" / "board_profiles"
 DT_BASES = ("/sys/firmware/devicetree/base", "/proc/device-tree")
 CPU = "/sys/devices/system/cpu"
 # The kernel options the roles check (edge_facts' features) and the twins carry.
