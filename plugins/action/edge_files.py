@@ -12,7 +12,10 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.edgetune.fleet.plugins.lookup.collection_file import collection_path
 
-FILE_KEYS = frozenset(("dest", "src", "content", "mode", "unit"))
+FILE_KEYS = frozenset(("dest", "src", "content", "content_b64", "mode", "unit"))
+# Where a file's content comes from: exactly one of them (content_b64 puts back what the module returned
+# in ``previous``).
+CONTENT_KEYS = ("src", "content", "content_b64")
 
 
 def module_files(files, directory=None):
@@ -30,8 +33,8 @@ def module_files(files, directory=None):
         if unknown:
             raise AnsibleActionFail("edge_files: files[%d] (%s): unknown key %s (keys: %s)"
                                     % (index, item["dest"], ", ".join(unknown), ", ".join(sorted(FILE_KEYS))))
-        if ("src" in item) == ("content" in item):
-            raise AnsibleActionFail("edge_files: files[%d] (%s) needs exactly one of src and content"
+        if sum(key in item for key in CONTENT_KEYS) != 1:
+            raise AnsibleActionFail("edge_files: files[%d] (%s) needs exactly one of src, content and content_b64"
                                     % (index, item["dest"]))
         if "src" in item:
             try:
@@ -40,8 +43,14 @@ def module_files(files, directory=None):
             except (OSError, AnsibleError) as exc:  # unreadable, or not in the collection
                 reason = getattr(exc, "message", exc)
                 raise AnsibleActionFail("edge_files: cannot read %s: %s" % (item["src"], reason)) from None
-        else:
+        elif "content" in item:
             data = to_bytes(item["content"], errors="surrogate_or_strict")
+        else:
+            try:
+                data = base64.b64decode(str(item["content_b64"]), validate=True)
+            except ValueError:
+                raise AnsibleActionFail("edge_files: files[%d] (%s): content_b64 is not base64"
+                                        % (index, item["dest"])) from None
         dest = str(item["dest"])
         if not posixpath.isabs(dest):
             if directory is None:
@@ -59,7 +68,7 @@ def module_files(files, directory=None):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("files", "directory", "owner", "group", "directory_mode", "absent"))
+    _VALID_ARGS = frozenset(("files", "directory", "owner", "group", "directory_mode", "absent", "previous"))
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)

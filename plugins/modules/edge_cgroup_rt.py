@@ -150,7 +150,7 @@ missing_cgroup:
 # Ansible modules keep their imports after the documentation strings.
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_boot  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import exit_module  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_rt import (  # noqa: E402
     RUNTIME, boot_settings, run)
 
@@ -167,31 +167,19 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    try:
+
+    def work():
         result = run(p["root"], p["slice"], p["runtime_us"], p["rt_group_sched"], module.check_mode)
         result["changed"] = bool(result.get("pending")) or any(lv["after"] != lv["before"] for lv in result["levels"])
         diff = [{"before_header": "RT budgets", "after_header": "RT budgets",
                  "before": "".join("%s/%s: %d\n" % (lv["path"], RUNTIME, lv["before"]) for lv in result["levels"]),
                  "after": "".join("%s/%s: %d\n" % (lv["path"], RUNTIME, lv["after"]) for lv in result["levels"])}]
         if p["state_file"] and result["mode"] == "v1-rt-group" and result["ready"]:
-            try:
-                before, after = edge_boot.sync(p["state_file"], "rt_budget",
-                                               boot_settings(p["slice"], p["runtime_us"]), "edge_cgroup_rt",
-                                               module.check_mode)
-            except EdgeError as exc:
-                raise EdgeError(exc.errors, **result) from None
-            result["state_file_changed"] = before != after
-            if before != after:
-                result["changed"] = True
-                diff.append({"before_header": p["state_file"], "after_header": p["state_file"],
-                             "before": before or "", "after": after})
-        if module._diff:
-            result["diff"] = diff
-    except EdgeError as exc:
-        module.fail_json(msg=str(exc), errors=exc.errors, **exc.details)
-    except Exception as exc:  # never a traceback: report what went wrong in one line
-        module.fail_json(msg="edge_cgroup_rt: unexpected %s: %s" % (type(exc).__name__, exc))
-    module.exit_json(**result)
+            edge_boot.sync_into(result, diff, p["state_file"], "rt_budget", boot_settings(p["slice"], p["runtime_us"]),
+                                "edge_cgroup_rt", module.check_mode)
+        return result, diff
+
+    exit_module(module, "edge_cgroup_rt", work)
 
 
 if __name__ == "__main__":

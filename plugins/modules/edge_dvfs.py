@@ -227,7 +227,7 @@ diff:
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_boot  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_dvfs as dvfs  # noqa: E402
-from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import exit_module  # noqa: E402
 
 KIND = "dvfs"
 
@@ -252,7 +252,8 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    try:
+
+    def work():
         result, targets = dvfs.run(params["sysfs_root"], params["cpufreq"], params["devfreq"],
                                    params["snap"], params["fail_on_missing"], module.check_mode)
         applied = [t for t in targets if not t.inactive]
@@ -260,22 +261,12 @@ def main():
                  "before": "".join(line + "\n" for t in applied for line in t.lines(t.current)),
                  "after": "".join(line + "\n" for t in applied for line in t.lines(t.after))}]
         if params["state_file"]:
-            before, after = edge_boot.sync(params["state_file"], KIND, dvfs.state_settings(targets, params["snap"]),
-                                           "edge_dvfs", module.check_mode)
             result["state_file"] = params["state_file"]
-            result["state_file_changed"] = before != after
-            if before != after:
-                result["changed"] = True
-                diff.append({"before_header": params["state_file"],
-                             "after_header": params["state_file"],
-                             "before": before or "", "after": after})
-        if module._diff:
-            result["diff"] = diff
-    except EdgeError as exc:
-        module.fail_json(msg=str(exc), errors=exc.errors, **exc.details)
-    except Exception as exc:  # never a traceback: report what went wrong in one line
-        module.fail_json(msg="edge_dvfs: unexpected %s: %s" % (type(exc).__name__, exc))
-    module.exit_json(**result)
+            edge_boot.sync_into(result, diff, params["state_file"], KIND, dvfs.state_settings(targets, params["snap"]),
+                                "edge_dvfs", module.check_mode)
+        return result, diff
+
+    exit_module(module, "edge_dvfs", work)
 
 
 if __name__ == "__main__":

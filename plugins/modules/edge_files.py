@@ -40,7 +40,8 @@ options:
       content_b64:
         description:
           - The file's content in base64. The action plugin sets it from O(files[].src) or
-            O(files[].content); a task does not give it.
+            O(files[].content); a task gives it only to put back what an earlier run returned in
+            RV(previous). Exclusive with O(files[].src) and O(files[].content).
         type: str
       mode:
         description: The file's mode, in octal.
@@ -69,6 +70,12 @@ options:
     description: Mode, in octal, of the parent directories the module creates (existing ones are left alone).
     type: str
     default: "0755"
+  previous:
+    description:
+      - Return, in RV(previous), the content that each written file held before, so that a later task can
+        put it back (a deploy's rollback) by giving that list as O(files), with no backup file on the device.
+    type: bool
+    default: false
   absent:
     description:
       - Paths on the device to remove in the same execution, a directory with all it holds (what an earlier
@@ -116,6 +123,14 @@ directories:
   returned: always
   type: list
   elements: path
+previous:
+  description:
+    - Each written file that existed before, with the content it held (C(dest), C(content_b64)), as a list
+      to give as O(files) to put them back. Files that were new are not in it.
+  returned: when O(previous) is true
+  type: list
+  elements: dict
+  sample: [{dest: /etc/example/x.conf, content_b64: eD0xCg==}]
 removed:
   description: The paths of O(absent) removed (or, in check mode, that a real run removes).
   returned: always
@@ -333,8 +348,12 @@ def run(params, check_mode):
         verify_units(planned)
         directories = install(planned, uid, gid, directory_mode)
         remove(removed)
-    return dict(changed=bool(written or removed), written=written, directories=directories, removed=removed,
-                diff=diffs(planned, removed))
+    result = dict(changed=bool(written or removed), written=written, directories=directories, removed=removed,
+                  diff=diffs(planned, removed))
+    if params.get("previous"):
+        result["previous"] = [{"dest": item["dest"], "content_b64": base64.b64encode(item["current"]).decode("ascii")}
+                              for item in planned if item["reasons"] and item["current"] is not None]
+    return result
 
 
 def main():
@@ -349,6 +368,7 @@ def main():
             group=dict(type="str", default="root"),
             directory_mode=dict(type="str", default="0755"),
             absent=dict(type="list", elements="path", default=[]),
+            previous=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )

@@ -167,7 +167,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_boot  # noqa: E402
 from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_cpulist import (  # noqa: E402
     format_cpulist, parse_cpulist)
-from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError  # noqa: E402
+from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError, exit_module  # noqa: E402
 # The reading, the classification and the writes of interrupts are shared with the
 # drift audit and the boot program (plugins/module_utils/device/edge_irq.py).
 from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_irq import (  # noqa: E402
@@ -219,7 +219,8 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    try:
+
+    def work():
         saved = read_state(p["state_file"])[1] if p["state_file"] else None
         plan = run(p["root"], p["cpus"], p["keep_subsets"], p["default_affinity"], p["workqueue"],
                    p["unmovable_names"], known_refusals(saved), module.check_mode)
@@ -235,24 +236,11 @@ def main():
         if p["state_file"]:
             settings = state_settings(cpus_text, p["keep_subsets"], p["default_affinity"], p["workqueue"],
                                       p["unmovable_names"], plan)
-            try:
-                before_text, after_text = edge_boot.sync(p["state_file"], KIND, settings, GENERATED_BY,
-                                                         module.check_mode)
-            except EdgeError as exc:
-                raise EdgeError(exc.errors, **result) from None
-            result["state_file_changed"] = before_text != after_text
-            if before_text != after_text:
-                result["changed"] = True
-                diff.append({"before_header": p["state_file"], "after_header": p["state_file"],
-                             "before": before_text or "", "after": after_text})
+            edge_boot.sync_into(result, diff, p["state_file"], KIND, settings, GENERATED_BY, module.check_mode)
         result["msg"] = summary(plan, cpus_text, module.check_mode)
-        if module._diff:
-            result["diff"] = diff
-    except EdgeError as exc:
-        module.fail_json(msg=str(exc), errors=exc.errors, **exc.details)
-    except Exception as exc:  # never a traceback: report what went wrong in one line
-        module.fail_json(msg="edge_irq_affinity: unexpected %s: %s" % (type(exc).__name__, exc))
-    module.exit_json(**result)
+        return result, diff
+
+    exit_module(module, "edge_irq_affinity", work)
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ def test_a_source_outside_the_collection_fails_with_one_message(tmp_path):
     from ansible_collections.edgetune.fleet.plugins.action.edge_files import module_files
     with pytest.raises(AnsibleActionFail, match="is not a path inside the collection"):
         module_files([{"src": "../../etc/passwd", "dest": "/x"}])
-    with pytest.raises(AnsibleActionFail, match="needs exactly one of src and content"):
+    with pytest.raises(AnsibleActionFail, match="needs exactly one of src, content and content_b64"):
         module_files([{"src": "README.md", "content": "x", "dest": "/x"}])
     with pytest.raises(AnsibleActionFail, match="unknown key owner"):
         module_files([{"content": "x", "dest": "/x", "owner": "root"}])
@@ -249,3 +249,30 @@ def test_check_mode_reports_a_unit_without_verifying_it_and_the_real_run_refuses
     with pytest.raises(EdgeError, match="systemd refuses the new"):
         edge_files.run(params, check_mode=False)
     assert not (tmp_path / "etc").exists()
+
+
+def test_previous_contents_are_returned_and_put_back_by_giving_them_as_files(tmp_path):
+    env, unit, new = tmp_path / "runtime.env", tmp_path / "runtime.service", tmp_path / "new.conf"
+    env.write_text("THREADS=4\n")
+    unit.write_text("[Service]\nExecStart=/old\n")
+    params = {"owner": str(UID), "group": str(GID), "directory_mode": "0755", "previous": True,
+              "files": [{"dest": str(env), "content": "THREADS=6\n"},
+                        {"dest": str(unit), "content": "[Service]\nExecStart=/old\n"},
+                        {"dest": str(new), "content": "x\n"}]}
+    checked = edge_files.run(params, check_mode=True)
+    assert env.read_text() == "THREADS=4\n" and not new.exists()
+    done = edge_files.run(params, check_mode=False)
+    assert done["previous"] == checked["previous"] == [{"dest": str(env), "content_b64": "VEhSRUFEUz00Cg=="}]
+    assert env.read_text() == "THREADS=6\n"
+    restored = edge_files.run(dict(params, previous=False, files=done["previous"]), check_mode=False)
+    assert restored["written"] == [str(env)] and "previous" not in restored
+    assert env.read_text() == "THREADS=4\n" and unit.read_text() == "[Service]\nExecStart=/old\n"
+
+
+@pytest.mark.controller
+def test_a_task_gives_content_b64_only_as_base64():
+    from ansible.errors import AnsibleActionFail
+    from ansible_collections.edgetune.fleet.plugins.action.edge_files import module_files
+    assert module_files([{"content_b64": "eA==", "dest": "/x"}]) == [{"dest": "/x", "content_b64": "eA=="}]
+    with pytest.raises(AnsibleActionFail, match="content_b64 is not base64"):
+        module_files([{"content_b64": "not base64!", "dest": "/x"}])

@@ -27,6 +27,7 @@ from edgetune.checks.runtime import (  # noqa: F401  (the device checks, collect
     test_threads_run_with_the_policy_and_cpus_they_claim, thread_sched)
 
 PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
+ENV_FILE = "/etc/edgetune/runtime.env"
 
 
 def run_deploy(host, *extra):
@@ -149,13 +150,19 @@ def test_upgrade_then_a_failing_latency_gate_and_a_failing_health_gate_roll_back
     assert health(host)[1]["runtime_version"] == up[0]["version"]
     assert "P99" in flat(out) and "measured on the device" in flat(out)
 
-    # Latency gate: an impossible P99 limit on the next release.
-    out = run_deploy(host, "-e", "edge_runtime_p99_ms=0.001", *release_args(slow))
+    env_before = host.file(ENV_FILE).content_string
+
+    # Latency gate: an impossible P99 limit on the next release, whose environment file also changes.
+    out = run_deploy(host, "-e", "edge_runtime_p99_ms=0.001", "-e", '{"edge_runtime_env": {"EDGETUNE_PROBE": "1"}}',
+                     *release_args(slow))
     assert recap(out, name)["failed"] == 1, out[-3000:]
     assert re.search(r"latency gate: P99 [\d.]+ ms is over the limit of 0.001 ms", flat(out))
     assert "deploy of release %s+mlp-small-%s failed and was rolled back" % (
         slow[0]["version"], slow[1]["version"]) in flat(out)
     assert current_release(host) == up_release
+    # The environment file is put back as it was, from the deploy's own result: no backup file is left.
+    assert host.file(ENV_FILE).content_string == env_before and "EDGETUNE_PROBE" not in env_before
+    assert host.run("ls /etc/edgetune /etc/systemd/system | grep -c '~$'").stdout.strip() == "0"
     status, body = health(host)
     assert status == 200 and body["runtime_version"] == up[0]["version"]
 

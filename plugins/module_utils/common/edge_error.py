@@ -26,3 +26,18 @@ class BadInput(EdgeError, ValueError):
 
 class BadType(BadInput, TypeError):
     """Refused input of the wrong type (a string where a list is asked, say); also a TypeError."""
+
+
+def exit_module(module, name, work):
+    """A module's last step: ``work()`` gives (result, diff); exit with the result, with the diff in diff
+    mode, or fail in one line: an EdgeError with its errors and details, anything else named with the
+    module's ``name`` (never a traceback)."""
+    try:
+        result, diff = work()
+    except EdgeError as exc:
+        module.fail_json(msg=str(exc), errors=exc.errors, **exc.details)
+    except Exception as exc:  # never a traceback: report what went wrong in one line
+        module.fail_json(msg="%s: unexpected %s: %s" % (name, type(exc).__name__, exc))
+    if module._diff:
+        result["diff"] = diff
+    module.exit_json(**result)

@@ -121,6 +121,19 @@ def sync(path, kind, settings, generated_by, check_mode):
     return before, after
 
 
+def sync_into(result, diff, path, kind, settings, generated_by, check_mode):
+    """A module's sync of its state file: ``result`` gets state_file_changed (and changed where the
+    file changes), ``diff`` the file's before and after. A failure carries the result so far."""
+    try:
+        before, after = sync(path, kind, settings, generated_by, check_mode)
+    except EdgeError as exc:
+        raise EdgeError(exc.errors, **result) from None
+    result["state_file_changed"] = before != after
+    if before != after:
+        result["changed"] = True
+        diff.append({"before_header": path, "after_header": path, "before": before or "", "after": after})
+
+
 def apply_one(kind, settings, root="/"):
     """(changes, errors) of re-applying one kind's settings; never raises."""
     try:
