@@ -147,6 +147,26 @@ def test_site_converges_the_captured_twins_and_verify_passes(fleet):
     print("capture + 2 twins up: %.0f s; site.yml: %.0f s; verify: %.0f s" % (fleet["booted"], converged, verified))
 
 
+def test_a_no_change_site_skips_each_role_as_one_task_and_changes_nothing(fleet):
+    """After the converge above: the next site.yml finds every role current (the plan's converge part), so the
+    controller dispatches at most 25 task results per device (a role not included is one) and nothing changes."""
+    from edgetune.ansible_setup import JSON_REPORT_ENV
+    from edgetune_dev.bench_audit import changed_tasks, executions, task_results
+    site = subprocess.run(["ansible-playbook", "-i", str(fleet["inventory"]), "site.yml"], cwd=str(ROOT),
+                          env=dict(fleet["env"], **JSON_REPORT_ENV), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, check=False)
+    assert site.returncode == 0, site.stdout[-3000:] + site.stderr[-2000:]
+    report = json.loads(site.stdout)
+    results, executed = task_results(report), executions(report)
+    assert sorted(results) == sorted(TWINS) and changed_tasks(report) == 0
+    assert max(results.values()) <= 25, results
+    assert max(executed.values()) <= 2, executed
+    skipped = [task["task"]["name"] for play in report["plays"] for task in play["tasks"]
+               if all(res.get("skipped") for res in task["hosts"].values())]
+    assert "Apply the kernel boot arguments" in skipped and "Deploy the runtime release" in skipped
+    print("no-change site.yml: task results per device %s, module executions %s" % (results, executed))
+
+
 def test_verify_fails_after_a_drift_naming_the_setting(fleet):
     """After the converge above: a governor set back by hand on one twin fails verify there, named."""
     name = TWINS[1]

@@ -103,3 +103,24 @@ def test_the_real_fleet_goal_scales_the_wall_with_the_fleet_and_needs_every_devi
     assert bench_audit.real_table(dict(row, size=50, wall=21.0, audited=50)).endswith("NOT met")
     assert bench_audit.real_table(dict(row, cpu_per_device=0.31)).endswith("NOT met")
     assert bench_audit.real_table(dict(row, audited=99)).endswith("NOT met")
+
+
+def test_task_results_count_every_task_a_host_was_given_skipped_or_not():
+    assert bench_audit.task_results(REPORT) == {"a": 6, "b": 4}
+
+
+def test_the_converge_path_is_judged_on_its_results_and_against_the_audit_s_cpu():
+    rows = [{"path": "converge", "devices": 6, "executions": 2, "results": 24, "wall": 8.0, "cpu_per_device": 0.9,
+             "changed": 0, "rounds": 5},
+            {"path": "full", "devices": 6, "executions": 79, "results": 250, "wall": 45.8, "cpu_per_device": 9.5,
+             "changed": 0, "rounds": 5},
+            {"path": "audit", "devices": 6, "executions": 2, "results": 4, "wall": 5.5, "cpu_per_device": 0.6,
+             "changed": 0, "rounds": 5}]
+    lines = bench_audit.converge_table(rows).splitlines()
+    assert lines[1].split()[:7] == ["converge", "6", "2", "0.90", "8.0", "0", "24"]
+    assert lines[1].endswith("<= 3 executions, <= 10 s, <= 25 results: met")
+    assert lines[-1] == "converge / audit controller CPU per device: 1.5x (goal <= 2x: met), medians of 5 rounds"
+    over = [dict(rows[0], results=26, cpu_per_device=1.3)] + rows[1:]
+    lines = bench_audit.converge_table(over).splitlines()
+    assert lines[1].endswith("NOT met") and lines[-1].startswith("converge / audit controller CPU per device: 2.2x")
+    assert "NOT met" in lines[-1]

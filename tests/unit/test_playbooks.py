@@ -19,10 +19,10 @@ def playbook_run(playbook, tmp_path, *extra):
                           universal_newlines=True, check=False)
 
 
-@pytest.mark.parametrize("playbook", ["playbooks/tune.yml", "playbooks/deploy.yml"])
+@pytest.mark.parametrize("playbook", ["playbooks/tune.yml", "playbooks/deploy.yml", "site.yml"])
 def test_an_apply_refuses_edge_mode_audit_before_any_role(playbook, tmp_path):
     """edge_mode audit is the audit's preflight: tune.yml and deploy.yml stop at once (the roles
-    have no audit mode any more, so they would apply)."""
+    have no audit mode any more, so they would apply), and site.yml before its preflight reads the board."""
     done = playbook_run(playbook, tmp_path, "-e", "edge_mode=audit")
     assert done.returncode == 2, done.stdout[-3000:]
     assert "edge_mode is audit: this playbook applies. Audit with playbooks/audit.yml (edgetune audit), or " \
@@ -43,13 +43,10 @@ def test_without_edge_mode_the_guard_lets_the_run_through(playbook, tmp_path):
 
 def reboot_test_command():
     import yaml
-    plays = yaml.safe_load((REPO / "playbooks" / "tune.yml").read_text())
-    for play in plays:
-        for task in play.get("tasks") or []:
-            for inner in task.get("block") or []:
-                if "ansible.builtin.reboot" in inner:
-                    return inner["ansible.builtin.reboot"]["test_command"]
-    raise AssertionError("tune.yml has no reboot task")
+    for task in yaml.safe_load((REPO / "playbooks" / "tasks" / "reboot.yml").read_text()):
+        if "ansible.builtin.reboot" in task:
+            return task["ansible.builtin.reboot"]["test_command"]
+    raise AssertionError("playbooks/tasks/reboot.yml has no reboot task")
 
 
 @pytest.mark.parametrize("says, code, ready", [

@@ -206,13 +206,29 @@ def audit_section(result):
                       "ansible.cfg's forks: %d module executions per device, %.2f controller CPU-s per device, "
                       "%.1f s wall, %d audited." % (r["size"], r["executions"], r["cpu_per_device"], r["wall"],
                                                      r["audited"])]
-    lines += ["", "A `site.yml` that changes nothing on the same converged twins: the converge path (a role whose "
-                  "last apply is current and holds is skipped) beside the full path (`edge_converge_full`), best "
-                  "of %d alternated rounds." % result["rounds"], ""]
-    lines += _table(("site.yml path", "devices", "module executions", "controller CPU-s per device", "wall s",
-                     "changed tasks"),
-                    [(r["path"], r["devices"], r["executions"], "%.2f" % r["cpu_per_device"], "%.1f" % r["wall"],
-                      r["changed"]) for r in result["converge"]])
+    converge = result["converge"]
+    if "results" in converge[0]:  # medians, with the audit measured in the same rounds
+        lines += ["", "A `site.yml` that changes nothing on the same converged twins: the converge path (a role "
+                      "whose last apply is current and holds is not included) beside the full path "
+                      "(`edge_converge_full`) and the audit, median of %d alternated rounds. Task results are "
+                      "the most the controller dispatched for one device (a skipped task is one)."
+                  % converge[0]["rounds"], ""]
+        lines += _table(("path", "devices", "module executions", "task results", "controller CPU-s per device",
+                         "wall s", "changed tasks"),
+                        [(r["path"], r["devices"], r["executions"], r["results"], "%.2f" % r["cpu_per_device"],
+                          "%.1f" % r["wall"], r["changed"]) for r in converge])
+        paths = dict((r["path"], r) for r in converge)
+        if paths.get("audit", {}).get("cpu_per_device"):
+            lines += ["", "The converge path's controller CPU per device is %.1fx the audit's."
+                      % (paths["converge"]["cpu_per_device"] / paths["audit"]["cpu_per_device"])]
+    else:
+        lines += ["", "A `site.yml` that changes nothing on the same converged twins: the converge path (a role "
+                      "whose last apply is current and holds is skipped) beside the full path "
+                      "(`edge_converge_full`), best of %d alternated rounds." % result["rounds"], ""]
+        lines += _table(("site.yml path", "devices", "module executions", "controller CPU-s per device", "wall s",
+                         "changed tasks"),
+                        [(r["path"], r["devices"], r["executions"], "%.2f" % r["cpu_per_device"], "%.1f" % r["wall"],
+                          r["changed"]) for r in converge])
     check = result.get("check")
     if check:
         lines += ["", "With one boot argument removed on every twin, `edgetune audit` and `site.yml --check` "

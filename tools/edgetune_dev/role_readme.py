@@ -231,7 +231,9 @@ class Collection:
             if (path / "tasks" / "main.yml").exists():
                 self.roles[path.name] = Role(self, path)
         self.playbooks = sorted((self.root / "playbooks").glob("*.yml"))
-        self.playbook_usage = {self.rel(p): _usage_of([p]) for p in self.playbooks}
+        # The task files the playbooks include (playbooks/tasks/): lists of tasks, not plays.
+        self.playbook_tasks = sorted((self.root / "playbooks" / "tasks").glob("*.yml"))
+        self.playbook_usage = {self.rel(p): _usage_of([p]) for p in self.playbooks + self.playbook_tasks}
         callbacks = sorted((self.root / "plugins" / "callback").glob("*.py"))
         self.callbacks = {self.rel(p): _usage_of([p]) for p in callbacks}
         self.playbook_sets = {}
@@ -240,6 +242,9 @@ class Collection:
                 for section in ("pre_tasks", "tasks", "post_tasks", "handlers"):
                     for name in _names_set_by(play.get(section) if isinstance(play, dict) else None):
                         self.playbook_sets.setdefault(name, []).append(self.rel(path))
+        for path in self.playbook_tasks:
+            for name in _names_set_by(_load_yaml(path)):
+                self.playbook_sets.setdefault(name, []).append(self.rel(path))
         self.run_by = self._run_by()
         site = self.root / "playbooks" / "site.yml"
         self.site = [play["ansible.builtin.import_playbook"] for play in (_load_yaml(site) if site.exists() else [])
@@ -264,19 +269,21 @@ class Collection:
                 if role in self.roles and playbook not in run_by.setdefault(role, []):
                     run_by[role].append(playbook)
 
-        for path in self.playbooks:
+        for path in self.playbooks + self.playbook_tasks:
             walk(_load_yaml(path), self.rel(path))
         return run_by
 
     def _reboot_reasons(self):
         """The edge_<role>_reboot_reason variables the playbook that sets edge_reboot_reasons collects."""
-        for path in self.playbooks:
-            for play in _load_yaml(path) or []:
-                for task in _tasks((play or {}).get("tasks") if isinstance(play, dict) else None):
-                    for module in SET_FACT & set(task):
-                        value = (task[module] or {}).get(REBOOT_REASONS)
-                        if isinstance(value, str):
-                            return self.rel(path), sorted(set(re.findall(r"edge_[a-z0-9_]+_reboot_reason\b", value)))
+        task_lists = [(path, (play or {}).get("tasks") if isinstance(play, dict) else None)
+                      for path in self.playbooks for play in _load_yaml(path) or []]
+        task_lists += [(path, _load_yaml(path)) for path in self.playbook_tasks]
+        for path, tasks in task_lists:
+            for task in _tasks(tasks):
+                for module in SET_FACT & set(task):
+                    value = (task[module] or {}).get(REBOOT_REASONS)
+                    if isinstance(value, str):
+                        return self.rel(path), sorted(set(re.findall(r"edge_[a-z0-9_]+_reboot_reason\b", value)))
         return None, []
 
     def readers(self, name, owner):
