@@ -25,15 +25,8 @@ def load_parser():
 
 
 def tc_list(tcs):
-    """[0, 1, 2, 3, 5] -> '0-3,5'."""
-    parts, i = [], 0
-    while i < len(tcs):
-        j = i
-        while j + 1 < len(tcs) and tcs[j + 1] == tcs[j] + 1:
-            j += 1
-        parts.append(str(tcs[i]) if i == j else "%d-%d" % (tcs[i], tcs[j]))
-        i = j + 1
-    return ",".join(parts) or "-"
+    """[0, 1, 2, 3, 5] -> '0-3,5' (the CPU lists' compact form, plugins/module_utils/common/edge_cpulist.py)."""
+    return ansible_setup.module_utils("common.edge_cpulist").format_cpulist(tcs) or "-"
 
 
 def describe(pcie, label, data, source):

@@ -68,14 +68,11 @@ attributes:
       - "One C(path: value) line per cpu.rt_runtime_us on the slice's path, before and after."
       - The state file's content, when it changes.
     support: full
-  platform:
-    description: Runs on the board (Linux, Python 3.8 or later).
-    support: full
-    platforms: linux
 notes:
   - The slice must be active (its cgroup created) with a cpu setting (C(CPUQuota=), C(CPUWeight=)).
     A service in the slice that sets its own cpu settings gets its own cpu cgroup (budget 0), so
     RT services in the slice should not set C(CPUQuota=)/C(CPUWeight=)/C(CPUAccounting=) themselves on v1.
+extends_documentation_fragment: edgetune.fleet.edge
 """
 
 EXAMPLES = r"""

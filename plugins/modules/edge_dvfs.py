@@ -126,16 +126,13 @@ attributes:
       - "One C(path: value) line per managed attribute, before and after; and the state file's
         content when it changes."
     support: full
-  platform:
-    description: Runs on the board (Linux, Python 3.8 or later).
-    support: full
-    platforms: linux
 notes:
   - Settings made here last until the next reboot, nvpmodel mode change or C(jetson_clocks) run.
     Use O(state_file) to have C(edgetune-boot.service) (role edge_boot), which runs after
     C(nvpmodel.service), re-apply them at every boot.
   - On Jetson, nvpmodel caps the maximum frequencies of the current power mode; a higher
     O(cpufreq[].max_freq) does not stick and fails the read-back.
+extends_documentation_fragment: edgetune.fleet.edge
 """
 
 EXAMPLES = r"""

@@ -91,10 +91,7 @@ attributes:
   diff_mode:
     description: The before and after text of each file it writes or would write (a mode or owner change as a header).
     support: full
-  platform:
-    description: Runs on the board (Linux, Python 3.8 or later).
-    support: full
-    platforms: linux
+extends_documentation_fragment: edgetune.fleet.edge
 """
 
 EXAMPLES = r"""

@@ -87,15 +87,12 @@ attributes:
   diff_mode:
     description: "One C(path: value) line per interrupt and mask file, before and after; and the state file."
     support: full
-  platform:
-    description: Runs on the board (Linux, Python 3.8 or later).
-    support: full
-    platforms: linux
 notes:
   - The kernel argument C(irqaffinity=) (role edge_bootargs) sets the default affinity at boot;
     this module moves what drivers registered anyway and keeps the setting at run time.
   - A running irqbalance moves interrupts again; ban the inference CPUs in its configuration
     (C(IRQBALANCE_BANNED_CPULIST)) or stop it (role edge_cpu, O(cpus) stays the truth).
+extends_documentation_fragment: edgetune.fleet.edge
 """
 
 EXAMPLES = r"""

@@ -147,10 +147,6 @@ attributes:
   diff_mode:
     description: Returns the before and after text of every file that changes.
     support: full
-  platform:
-    description: Runs on the board (Linux, Python 3.8 or later).
-    support: full
-    platforms: linux
 notes:
   - A change takes effect at the next boot. RV(reboot_required) compares the wanted arguments
     with the running command line, whether or not this run changed a file.
@@ -160,6 +156,7 @@ notes:
     RV(persisted) (the partition UUID is only known to U-Boot).
   - For C(uboot_menu), RV(persisted) is the content of the edited file; C(u-boot-update) adds the
     root device itself.
+extends_documentation_fragment: edgetune.fleet.edge
 """
 
 EXAMPLES = r"""

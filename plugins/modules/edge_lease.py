@@ -61,10 +61,7 @@ attributes:
   diff_mode:
     description: The lease is bookkeeping of a run, not a setting; there is no difference to show.
     support: none
-  platform:
-    description: Runs on the board (Linux, Python 3.8 or later).
-    support: full
-    platforms: linux
+extends_documentation_fragment: edgetune.fleet.edge
 """
 
 EXAMPLES = r"""

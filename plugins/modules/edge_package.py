@@ -36,10 +36,7 @@ attributes:
   diff_mode:
     description: The before and after text of each file it writes, and each directory it removes.
     support: full
-  platform:
-    description: Runs on the board (Linux, Python 3.8 or later).
-    support: full
-    platforms: linux
+extends_documentation_fragment: edgetune.fleet.edge
 """
 
 EXAMPLES = r"""

@@ -39,20 +39,10 @@ options:
     type: bool
     default: true
 attributes:
-  action:
-    description: Runs on the controller as an action plugin.
-    support: full
   check_mode:
     description: Only computes, so check mode plans the same.
     support: full
-  diff_mode:
-    description: Changes nothing, so there is no difference to show.
-    support: none
-  platform:
-    description:
-      - Runs on the controller; the calendar check may run C(systemd-analyze calendar) on the device, read-only.
-    support: full
-    platforms: posix
+extends_documentation_fragment: edgetune.fleet.edge.planner
 """
 
 EXAMPLES = r"""

@@ -113,10 +113,7 @@ attributes:
   diff_mode:
     description: Shows the C(current) and C(previous) targets and the release list before and after.
     support: full
-  platform:
-    description: Runs on the board (Linux, Python 3.8 or later).
-    support: full
-    platforms: linux
+extends_documentation_fragment: edgetune.fleet.edge
 """
 
 EXAMPLES = r"""

@@ -43,20 +43,10 @@ options:
     description: Warn about C(edge_*) variables no role or playbook knows; defaults to true when O(roles) is empty.
     type: bool
 attributes:
-  action:
-    description: Runs on the controller as an action plugin.
-    support: full
   check_mode:
     description: Only reads, so check mode checks the same.
     support: full
-  diff_mode:
-    description: Changes nothing, so there is no difference to show.
-    support: none
-  platform:
-    description:
-      - Runs on the controller; the calendar check may run C(systemd-analyze calendar) on the device, read-only.
-    support: full
-    platforms: posix
+extends_documentation_fragment: edgetune.fleet.edge.planner
 """
 
 EXAMPLES = r"""

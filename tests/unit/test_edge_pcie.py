@@ -1021,6 +1021,7 @@ def test_boot_settings_refuse_bad_role_settings(mappings, timeout, fail_unsuppor
 # edgetune pcie show
 
 def edgetune(*argv):
+    from ansible.utils import display  # noqa: F401  (set up on the real streams, as in a real run, not on these)
     from edgetune import cli
 
     out, err = io.StringIO(), io.StringIO()

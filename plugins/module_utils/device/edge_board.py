@@ -203,12 +203,17 @@ def kernel_config(root="/", release=None):
         text = read(root, source)
     if text is None:
         return None, None
+    return parse_kernel_config(text), source
+
+
+def parse_kernel_config(text):
+    """A kernel config's ``CONFIG_X=value`` lines -> {CONFIG_X: value} (quotes stripped; unset items absent)."""
     config = {}
     for line in text.splitlines():
         match = re.match(r"^(CONFIG_\w+)=(.*)$", line)
         if match:
             config[match.group(1)] = match.group(2).strip('"')
-    return config, source
+    return config
 
 
 def kernel_features(config):

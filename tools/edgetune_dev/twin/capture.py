@@ -40,7 +40,8 @@ from edgetune_dev.twin import manager
 
 # The parsers edge_facts and the roles use on the device: the capture reads what they read.
 from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_pcie
-from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_board import cgroup_mode_of
+from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_board import (
+    cgroup_mode_of, parse_kernel_config)
 from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_cmdline import ExtlinuxConfig
 from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_cpulist import parse_cpulist
 from ansible_collections.edgetune.fleet.plugins.module_utils.common.edge_error import EdgeError
@@ -373,11 +374,7 @@ def read_kernel_config(r, release):
     if text is None:
         r.unreadable["kernel config"] = "neither /proc/config.gz nor /boot/config-%s is readable" % release
         return None, None
-    config = {}
-    for line in text.splitlines():
-        match = re.match(r"^(CONFIG_\w+)=(.*)$", line)
-        if match:
-            config[match.group(1)] = match.group(2).strip('"')
+    config = parse_kernel_config(text)
     return {key: config.get(key) for key in KERNEL_CONFIG_KEYS}, source
 
 
