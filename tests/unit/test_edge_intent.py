@@ -812,3 +812,12 @@ def test_a_smaller_rt_period_is_the_limit():
                             facts=facts, profile=profile)["problems"]
     assert [p["variable"] for p in found] == ["edge_cpu_sched_rt_runtime_us"]
     assert "below kernel.sched_rt_period_us (500000)" in found[0]["message"]
+
+
+def test_transparent_hugepages_take_the_kernel_s_modes_and_are_set_in_one_place():
+    assert only({"edge_bootargs_transparent_hugepage": "sometimes"}).endswith(
+        'allowed: one of "", "always", "madvise", "never"')
+    message = only({"edge_bootargs_transparent_hugepage": "never",
+                    "edge_bootargs_extra": ["transparent_hugepage=always"]})
+    assert message.endswith("edge_bootargs_extra also sets transparent_hugepage=always; set it in one of them")
+    assert problems({"edge_bootargs_transparent_hugepage": "madvise", "edge_bootargs_extra": ["quiet"]}) == {}

@@ -431,3 +431,14 @@ def test_the_node_exporter_part_from_a_package_name_or_a_file(tmp_path):
     # Off with the timer: nothing to read.
     assert audit_plan("orin-nx", {"edge_audit_timer_node_exporter": True,
                                   "edge_audit_timer_enabled": False})["audit"]["node_exporter"]["enabled"] is False
+
+
+@pytest.mark.parametrize("mode", ["always", "madvise", "never"])
+def test_transparent_hugepages_are_one_more_boot_argument_and_none_by_default(mode):
+    assert not any(a.startswith("transparent_hugepage=") for a in plan_for("orin-nx")["bootargs"]["args"])
+    args = plan_for("rk3588", {"edge_bootargs_transparent_hugepage": mode})["bootargs"]["args"]
+    assert args[-1] == "transparent_hugepage=" + mode and args.count(args[-1]) == 1
+    # The role's record holds the digest of its plan part: a changed mode makes the next converge run the role.
+    digests = {plan_for("orin-nx", values)["audit"]["roles"]["edge_bootargs"]["inputs"]["plan"]["bootargs"]
+               for values in ({}, {"edge_bootargs_transparent_hugepage": mode})}
+    assert len(digests) == 2

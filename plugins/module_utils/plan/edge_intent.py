@@ -631,6 +631,12 @@ class _Checker(object):
             if not (value == "auto" or isinstance(value, bool)):
                 self.problem("edge_bootargs_cgroup_v2", "allowed: auto, true or false (true and false as YAML "
                                                         "booleans, not strings)")
+        if self.ok("edge_bootargs_transparent_hugepage") and self.ok("edge_bootargs_extra") \
+                and v["edge_bootargs_transparent_hugepage"]:
+            twice = [a for a in v["edge_bootargs_extra"] or [] if str(a).startswith("transparent_hugepage=")]
+            if twice:
+                self.problem("edge_bootargs_transparent_hugepage", "edge_bootargs_extra also sets %s; set it in one "
+                                                                    "of them" % twice[0])
         if not self.partition:
             return
         features = (self.facts.get("kernel") or {}).get("features") or {}

@@ -40,6 +40,7 @@ PLAN_VERSION = 1
 # Kernel arguments the roles set themselves (a user's extra of the same key
 # is refused by the validation).
 CGROUP_V2_ARG = "systemd.unified_cgroup_hierarchy=1"
+THP_ARG = "transparent_hugepage="
 
 # The devfreq kinds a board profile names nodes for, in the order they are tuned.
 DEVFREQ_KINDS = ("gpu", "npu", "memory")
@@ -140,6 +141,8 @@ def bootargs_part(intent, facts, profile, cpu):
         cgroup_v2 = profile.get("cgroup_default") in ("hybrid", "legacy")
     if cgroup_v2 is True:
         args.append(CGROUP_V2_ARG)
+    if intent.get("edge_bootargs_transparent_hugepage"):
+        args.append(THP_ARG + intent["edge_bootargs_transparent_hugepage"])
     args += list(intent.get("edge_bootargs_extra") or [])
     bootloader = (facts.get("bootloader") or {})
     return {
