@@ -94,5 +94,5 @@ def test_the_flat_module_utilities_of_earlier_releases_are_removed_and_nothing_i
     earlier = edge_package.earlier_files(str(directory))
     assert str(flat / "edge_audit.py") in earlier and str(flat / "edge_cpulist.py") in earlier
     files = [{"dest": str(directory / f["dest"])} for f in edge_package.files()]
-    assert to_remove(earlier, files) == sorted(str(flat / n) for n in ("edge_boot.py", "edge_error.py",
-                                                                        "edge_netqos_loader.py"))
+    left = ("edge_boot.py", "edge_error.py", "edge_netqos_loader.py")
+    assert to_remove(earlier, files) == sorted(str(flat / name) for name in left)
