@@ -635,8 +635,8 @@ class _Checker(object):
                 and v["edge_bootargs_transparent_hugepage"]:
             twice = [a for a in v["edge_bootargs_extra"] or [] if str(a).startswith("transparent_hugepage=")]
             if twice:
-                self.problem("edge_bootargs_transparent_hugepage", "edge_bootargs_extra also sets %s; set it in one "
-                                                                    "of them" % twice[0])
+                why = "edge_bootargs_extra also sets %s; set it in one of them" % twice[0]
+                self.problem("edge_bootargs_transparent_hugepage", why)
         if not self.partition:
             return
         features = (self.facts.get("kernel") or {}).get("features") or {}
