@@ -159,7 +159,8 @@ def test_a_no_change_site_skips_each_role_as_one_task_and_changes_nothing(fleet)
     report = json.loads(site.stdout)
     results, executed = task_results(report), executions(report)
     assert sorted(results) == sorted(TWINS) and changed_tasks(report) == 0
-    assert max(results.values()) <= 25, results
+    given = [task["task"]["name"] for play in report["plays"] for task in play["tasks"] if TWINS[0] in task["hosts"]]
+    assert max(results.values()) <= 25, (results, given)
     assert max(executed.values()) <= 2, executed
     skipped = [task["task"]["name"] for play in report["plays"] for task in play["tasks"]
                if all(res.get("skipped") for res in task["hosts"].values())]
