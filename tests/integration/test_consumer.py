@@ -164,7 +164,11 @@ def test_collection_playbooks_run_by_name(consumer):
     assert code == 0, out[-4000:]
     for play in ("Validate the inventory and detect the boards", "Tune the boards", "Deploy the inference runtime"):
         assert "play #" in out and play in out, out[-4000:]
-    assert "edgetune.fleet.edge_bootargs : Write the boot arguments into the bootloader file" in out
+    # The roles are included where the plan says they run (one decision per device), so --list-tasks names
+    # each role's include; the roles themselves come from the installed collection.
+    assert "Apply the kernel boot arguments" in out and "Deploy the runtime release" in out, out[-4000:]
+    installed = consumer["installed"] / "ansible_collections" / "edgetune" / "fleet" / "roles"
+    assert (installed / "edge_bootargs" / "tasks" / "main.yml").is_file()
 
 
 def test_consumer_playbook_converges_a_twin_then_check_mode_changes_nothing(consumer, twin):
