@@ -166,9 +166,36 @@ def run_json_playbook(playbook, options):
     # Ansible's prompts (-k, -K, --ask-vault-pass) go to the terminal; its report comes on stdout.
     done = subprocess.run(options.playbook_argv(ansible_playbook(), target), env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, universal_newlines=True, check=False)
+    return json_report(done, target)
+
+
+def json_report(done, what):
+    """The JSON callback's report of a finished ansible-playbook (subprocess.CompletedProcess), or one line
+    naming ``what`` did not run and the last lines Ansible printed."""
     try:
         return json.loads(done.stdout)
     except ValueError:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        raise UsageError("%s did not run: %s" % (target, " | ".join(tail) or "ansible-playbook exited %d with no "
-                                                  "output" % done.returncode)) from None
+        raise UsageError("%s did not run: %s" % (what, " | ".join(tail) or "ansible-playbook exited %d with no "
+                                                 "output" % done.returncode)) from None
+
+
+def outcomes(report, task_name):
+    """Each host's outcome in a JSON callback report: {"result": the result of the task named ``task_name``}
+    where no task failed, else {"error": "unreachable" or "failed", "task": the first failed task's name
+    (empty if none is in the report), "message": its message on one line}. Ansible's own count of each
+    host's failures decides, so a failure a task ignores is not one."""
+    hosts = {}
+    for host, stats in report.get("stats", {}).items():
+        if stats.get("unreachable") or stats.get("failures"):
+            hosts[host] = {"error": "unreachable" if stats.get("unreachable") else "failed", "task": "",
+                           "message": ""}
+    for play in report.get("plays", []):
+        for task in play.get("tasks", []):
+            for host, result in task.get("hosts", {}).items():
+                failed = host in hosts and "result" not in hosts[host]
+                if failed and (result.get("unreachable") or result.get("failed")) and not hosts[host]["task"]:
+                    hosts[host].update(task=task["task"]["name"], message=" ".join(str(result.get("msg", "")).split()))
+                elif not failed and task["task"]["name"] == task_name:
+                    hosts[host] = {"result": result}
+    return hosts

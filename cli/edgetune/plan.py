@@ -12,7 +12,7 @@ import json
 import sys
 
 from edgetune import ansible_options
-from edgetune.ansible_setup import config_in_effect, run_json_playbook
+from edgetune.ansible_setup import config_in_effect, outcomes, run_json_playbook
 from edgetune.errors import CLEAN, FINDINGS, UNREACHABLE, UsageError
 
 # The preflight's task that plans the device (playbooks/preflight.yml).
@@ -20,20 +20,16 @@ PLAN_TASK = "Validate the intent of every role and plan the device before the fi
 
 
 def collect(report):
-    """{host: {"plan": {...}} or {"error": message}} from the JSON callback's report."""
+    """{host: {"plan": {...}} or {"error": "unreachable"/"failed", "message": "task: message"}} from the JSON
+    callback's report."""
     hosts = {}
-    for host, stats in report.get("stats", {}).items():
-        if stats.get("unreachable") or stats.get("failures"):
-            hosts[host] = {"error": "unreachable" if stats.get("unreachable") else "failed"}
-    for play in report.get("plays", []):
-        for task in play.get("tasks", []):
-            for host, result in task.get("hosts", {}).items():
-                if result.get("unreachable") or result.get("failed"):
-                    if "message" not in hosts.get(host, {}):
-                        hosts[host] = {"error": hosts.get(host, {}).get("error", "failed"),
-                                       "message": "%s: %s" % (task["task"]["name"], result.get("msg", ""))}
-                elif task["task"]["name"] == PLAN_TASK and "plan" in result:
-                    hosts[host] = {"plan": result["plan"]}
+    for host, outcome in outcomes(report, PLAN_TASK).items():
+        if "error" in outcome:
+            hosts[host] = {"error": outcome["error"]}
+            if outcome["task"]:
+                hosts[host]["message"] = "%s: %s" % (outcome["task"], outcome["message"])
+        elif "plan" in outcome["result"]:
+            hosts[host] = {"plan": outcome["result"]["plan"]}
     return hosts
 
 

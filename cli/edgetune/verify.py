@@ -72,26 +72,16 @@ def run_plan(config, options):
     env = dict(ansible_env(config), **dict(ansible_setup.JSON_REPORT_ENV, **env_add))
     done = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, check=False)
-    try:
-        report = json.loads(done.stdout)
-    except ValueError:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        raise UsageError("the plan playbook did not run: %s" % " | ".join(tail)) from None
     plans = {}
-    for host, stats in report.get("stats", {}).items():
-        if stats.get("unreachable") or stats.get("failures"):
-            plans[host] = {"error": "unreachable" if stats.get("unreachable") else "failed"}
-    for play in report.get("plays", []):
-        for task in play.get("tasks", []):
-            for host, result in task.get("hosts", {}).items():
-                if result.get("unreachable"):
-                    message = " ".join(str(result.get("msg", "")).split())
-                    plans[host] = {"error": "unreachable", "message": message[:500]}
-                elif result.get("failed"):
-                    message = " ".join(str(result.get("msg", "")).split())
-                    plans[host] = {"error": "%s: %s" % (task["task"]["name"], message[:500])}
-                elif task["task"]["name"] == PLAN_TASK and host not in plans:
-                    plans[host] = result.get("msg")
+    for host, outcome in ansible_setup.outcomes(ansible_setup.json_report(done, "the plan playbook"),
+                                                PLAN_TASK).items():
+        if "result" in outcome:
+            plans[host] = outcome["result"].get("msg")
+        elif outcome["error"] == "unreachable":
+            plans[host] = {"error": "unreachable", "message": outcome["message"][:500]}
+        else:
+            plans[host] = {"error": "%s: %s" % (outcome["task"], outcome["message"][:500]) if outcome["task"]
+                           else "failed"}
     return plans
 
 

@@ -32,6 +32,8 @@ description:
     on a board no profile matches or, with O(strict_topology), on CPU clusters that differ from the
     profile's; where it took the apply lease in that task, it gives it back.
 version_added: "0.1.0"
+requirements:
+  - sysfs and procfs on the board
 author:
   - edgetune contributors (!UNKNOWN)
 options:
@@ -83,7 +85,7 @@ options:
         description: The run id of a run the controller knows has ended; its lease is taken over.
         type: str
       path:
-        description: The lease file.
+        description: The lease file (the one the module M(edgetune.fleet.edge_lease) renews and releases).
         type: path
         default: /run/edgetune/apply.lease
 attributes:
@@ -93,15 +95,12 @@ attributes:
       same facts as a real one.
     support: full
   diff_mode:
-    description: Changes nothing, so there is no difference to show.
+    description: Gathers facts and changes no setting, so there is no difference to show.
     support: none
   facts:
     description: Returns C(ansible_facts.edge).
     support: full
-  platform:
-    description: Runs on the board (Linux with sysfs and procfs, Python 3.8 or later).
-    support: full
-    platforms: linux
+extends_documentation_fragment: edgetune.fleet.edge
 """
 
 EXAMPLES = r"""

@@ -33,6 +33,8 @@ description:
     edge_boot), which stores the clocks when they are not pinned, then pins them. With
     O(state=restored) it removes that file, so the clocks stay restored after a reboot.
 version_added: "0.1.0"
+requirements:
+  - C(jetson_clocks) (L4T)
 author:
   - edgetune contributors (!UNKNOWN)
 options:
@@ -74,10 +76,7 @@ attributes:
         (in check mode, as pinning would leave them; for a restore in check mode, the store file it would restore from).
       - The state file's content, when it changes (the diff is then a list of the two).
     support: full
-  platform:
-    description: Runs on a Jetson (L4T, with C(jetson_clocks)), Python 3.8 or later.
-    support: full
-    platforms: linux
+extends_documentation_fragment: edgetune.fleet.edge.jetson
 """
 
 EXAMPLES = r"""

@@ -17,6 +17,8 @@ description:
     co-processor (C(0x0b40)) whose C(numa_node) is not C(-1).
   - Reads only; never writes.
 version_added: "0.1.0"
+requirements:
+  - sysfs on the board
 author:
   - edgetune contributors (!UNKNOWN)
 options:
@@ -40,13 +42,9 @@ attributes:
   check_mode:
     description: Reads only, so a check mode run returns the same as a real one.
     support: full
-  diff_mode:
-    description: Changes nothing, so there is no difference to show.
-    support: none
-  platform:
-    description: Runs on the board (Linux with sysfs, Python 3.8 or later).
-    support: full
-    platforms: linux
+extends_documentation_fragment:
+  - edgetune.fleet.edge
+  - edgetune.fleet.edge.reads_only
 """
 
 EXAMPLES = r"""

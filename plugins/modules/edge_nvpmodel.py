@@ -26,6 +26,8 @@ description:
   - An unknown mode name fails before any command runs, listing the names the configuration
     defines.
 version_added: "0.1.0"
+requirements:
+  - C(nvpmodel) (L4T)
 author:
   - edgetune contributors (!UNKNOWN)
 options:
@@ -67,10 +69,7 @@ attributes:
   diff_mode:
     description: Shows the mode name before and after.
     support: full
-  platform:
-    description: Runs on a Jetson (L4T, with C(nvpmodel)), Python 3.8 or later.
-    support: full
-    platforms: linux
+extends_documentation_fragment: edgetune.fleet.edge.jetson
 """
 
 EXAMPLES = r"""

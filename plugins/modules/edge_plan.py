@@ -38,10 +38,6 @@ options:
     description: Warn about C(edge_*) variables no role or playbook knows.
     type: bool
     default: true
-attributes:
-  check_mode:
-    description: Only computes, so check mode plans the same.
-    support: full
 extends_documentation_fragment: edgetune.fleet.edge.planner
 """
 

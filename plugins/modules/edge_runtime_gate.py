@@ -29,6 +29,8 @@ description:
     (nearest-rank percentiles) and fails when P99 exceeds O(p99_ms) or any request failed. The
     measured numbers are in the result and in the failure message.
 version_added: "0.1.0"
+requirements:
+  - systemd on the board
 author:
   - edgetune contributors (!UNKNOWN)
 options:
@@ -151,13 +153,9 @@ attributes:
       - The gates only read C(/proc), query systemd and send requests to the runtime, so they run
         the same in check mode.
     support: full
-  diff_mode:
-    description: Changes nothing, so there is no difference to show.
-    support: none
-  platform:
-    description: Runs on the board (Linux with systemd, Python 3.8 or later).
-    support: full
-    platforms: linux
+extends_documentation_fragment:
+  - edgetune.fleet.edge
+  - edgetune.fleet.edge.reads_only
 """
 
 EXAMPLES = r"""

@@ -20,6 +20,8 @@ description:
   - Also lists the CPUs the kernel schedules on (C(/proc/stat)), which is what affinity can use.
   - Never fails because of what it finds; the caller decides. It fails only when it cannot probe.
 version_added: "0.1.0"
+requirements:
+  - systemd and C(systemd-run) on the board
 author:
   - edgetune contributors (!UNKNOWN)
 options:
@@ -63,13 +65,9 @@ attributes:
       - Runs the same in check mode. It reads C(/proc) and starts short transient units that run
         C(/bin/true) (or C(/bin/cat /proc/self/cgroup)); they write nothing and are collected when they exit.
     support: full
-  diff_mode:
-    description: Changes nothing, so there is no difference to show.
-    support: none
-  platform:
-    description: Runs on the board (Linux with systemd and C(systemd-run), Python 3.8 or later).
-    support: full
-    platforms: linux
+extends_documentation_fragment:
+  - edgetune.fleet.edge
+  - edgetune.fleet.edge.reads_only
 """
 
 EXAMPLES = r"""

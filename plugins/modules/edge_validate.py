@@ -42,10 +42,6 @@ options:
   warn_unknown:
     description: Warn about C(edge_*) variables no role or playbook knows; defaults to true when O(roles) is empty.
     type: bool
-attributes:
-  check_mode:
-    description: Only reads, so check mode checks the same.
-    support: full
 extends_documentation_fragment: edgetune.fleet.edge.planner
 """
 

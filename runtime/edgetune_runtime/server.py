@@ -162,10 +162,7 @@ class Runtime:
     # ---------------------------------------------------------- inference
     def inference_worker(self, index):
         name_this_thread("et-infer-%d" % index)
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
+        for job in iter(self.jobs.get, None):  # None stops the worker
             began = time.perf_counter()
             try:
                 job.result = [self.engine.infer(v) for v in job.vectors]
@@ -376,11 +373,7 @@ class PooledHTTPServer(HTTPServer):
 
     def worker(self, index):
         name_this_thread("et-http-%d" % index)
-        while True:
-            item = self.pending.get()
-            if item is None:
-                return
-            request, client_address = item
+        for request, client_address in iter(self.pending.get, None):  # None stops the worker
             with self.connections_lock:
                 self.connections.add(request)
             try:

@@ -13,6 +13,8 @@ plugin's. One copy of the check code, shipped with the CLI.
 import os
 from pathlib import Path
 
+from edgetune import ansible_setup
+
 # Set by `edgetune verify`: the expectations derived for each device.
 VERIFY_PLAN = os.environ.get("EDGETUNE_VERIFY_PLAN")
 # The modules of checks, in the order they run.
@@ -32,11 +34,5 @@ def inventory_file():
 
 
 def format_cpulist(cpus):
-    out, cpus, i = [], sorted(cpus), 0
-    while i < len(cpus):
-        j = i
-        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
-            j += 1
-        out.append(str(cpus[i]) if i == j else "%d-%d" % (cpus[i], cpus[j]))
-        i = j + 1
-    return ",".join(out)
+    """The kernel's compact CPU list ([0, 1, 2, 3, 6] -> '0-3,6'), by the collection's one formatter."""
+    return ansible_setup.module_utils("common.edge_cpulist").format_cpulist(cpus)

@@ -376,10 +376,7 @@ class ExtlinuxConfig:
         return self.parsed[label.append_lines[-1]].value
 
     def find_label(self, name):
-        for label in self.labels:
-            if label.name == name:
-                return label
-        return None
+        return next((label for label in self.labels if label.name == name), None)
 
     def append_tokens(self, label):
         line = self.parsed[label.append_lines[0]]
@@ -664,22 +661,23 @@ def parse_shell_word(text, env, where):
                 if char == "\\" and text[position + 1: position + 2] in ('"', "\\", "$", "`"):
                     value.append(text[position + 1])
                     position += 2
-                elif char == "$":
-                    expanded, position = _expand(text, position, env, where)
-                    value.append(expanded)
                 else:
-                    value.append(char)
-                    position += 1
+                    piece, position = _char_or_expansion(text, position, env, where)
+                    value.append(piece)
         elif char == "\\":
             value.append(text[position + 1: position + 2])
             position += 2
-        elif char == "$":
-            expanded, position = _expand(text, position, env, where)
-            value.append(expanded)
         else:
-            value.append(char)
-            position += 1
+            piece, position = _char_or_expansion(text, position, env, where)
+            value.append(piece)
     return "".join(value), text[position:]
+
+
+def _char_or_expansion(text, position, env, where):
+    """The word's next piece at ``position``: a $NAME expanded, else the character itself."""
+    if text[position] == "$":
+        return _expand(text, position, env, where)
+    return text[position], position + 1
 
 
 def shell_double_quote(value):

@@ -101,16 +101,10 @@ class NvpConf:
         return [m.name for m in self.modes]
 
     def by_name(self, name):
-        for mode in self.modes:
-            if mode.name == name:
-                return mode
-        return None
+        return next((mode for mode in self.modes if mode.name == name), None)
 
     def by_id(self, mode_id):
-        for mode in self.modes:
-            if mode.id == mode_id:
-                return mode
-        return None
+        return next((mode for mode in self.modes if mode.id == mode_id), None)
 
     @property
     def default(self):

@@ -112,19 +112,17 @@ class Reader:
         self.sudo_paths = []
 
     def bytes(self, path, required=False, root_only=False):
-        try:
-            data = self.dev.read(path)
-            self.read_paths.append(path)
-            return data
-        except OSError as exc:
-            failure = exc
+        attempts = [(self.dev.read, self.read_paths)]
         if self.sudo and root_only:
+            attempts.append((self.dev.sudo_read, self.sudo_paths))
+        for read, read_with in attempts:
             try:
-                data = self.dev.sudo_read(path)
-                self.sudo_paths.append(path)
-                return data
+                data = read(path)
             except OSError as exc:
                 failure = exc
+                continue
+            read_with.append(path)
+            return data
         if required or failure.errno not in (2, None):
             self.unreadable[path] = failure.strerror or str(failure)
         return None
