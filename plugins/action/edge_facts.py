@@ -75,7 +75,7 @@ class ActionModule(ActionBase):
             return result
         host = task_vars.get("inventory_hostname", "this host")
         try:
-            profile = edge_board_profile(load_profiles(controller["profiles_dirs"]), facts)
+            profile = edge_board_profile(load_profiles([d for d in controller["profiles_dirs"] if d]), facts)
         except (OSError, yaml.YAMLError) as exc:
             profile, problem = None, "cannot read the board profiles: %s" % exc
         else:

@@ -15,7 +15,7 @@ description:
 version_added: "0.3.0"
 author:
   - edgetune contributors (!UNKNOWN)
-positional: _input, state_file, state_content
+positional: _input, state_file, state_content, persist
 options:
   _input:
     description: The mappings (C(device) or C(device_class), C(tcs), C(vc_id)), as edge_pcie_qos_mappings.
@@ -30,6 +30,12 @@ options:
     description: Its content, as the role writes it.
     type: str
     default: ""
+  persist:
+    description:
+      - Whether the role saves the mappings for the boot (C(edge_pcie_qos_persist)); false checks no state file.
+    type: bool
+    default: true
+    version_added: "0.3.0"
 """
 
 EXAMPLES = r"""
@@ -47,8 +53,8 @@ _value:
 """
 
 
-def edge_pcie_checks(mappings, state_file="", state_content=""):
-    return edge_pcie.audit_checks(mappings, state_file or None, state_content)
+def edge_pcie_checks(mappings, state_file="", state_content="", persist=True):
+    return edge_pcie.audit_checks(mappings, (state_file if persist else "") or None, state_content)
 
 
 class FilterModule(object):

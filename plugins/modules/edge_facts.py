@@ -51,7 +51,7 @@ options:
   profiles_dirs:
     description:
       - Directories of board profiles on the controller (YAML files, one board a file), read by the action
-        plugin in this order; the module itself never gets them.
+        plugin in this order (an empty entry, an unset directory, is left out); the module itself never gets them.
     type: list
     elements: path
   strict_topology:
@@ -331,8 +331,8 @@ from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_artifac
     detect_architecture, detect_glibc, detect_rknn, detect_tensorrt)
 from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_board import (
     bsp_release, cgroup_mode, cpu_topology, detect_bootloader, device_tree, devfreq_nodes,
-    kernel_config, kernel_features, l4t_release, memory_kb, read, rt_throttle, soc_family, systemd_device_units,
-    systemd_version)
+    kernel_config, kernel_features, l4t_release, memory_kb, path, read, rt_throttle, soc_family,
+    systemd_device_units, systemd_version)
 from ansible_collections.edgetune.fleet.plugins.module_utils.bench import edge_autotune
 from ansible_collections.edgetune.fleet.plugins.module_utils.device import edge_lease, edge_numa
 from ansible_collections.edgetune.fleet.plugins.module_utils.device.edge_audit import applied_state
@@ -371,7 +371,9 @@ def gather(root, run_command, which, numa_accelerator=""):
         "device_units": systemd_device_units(root),
         "cmdline": (read(root, "/proc/cmdline", "") or "").strip(),
         "kernel": {"release": release, "config_source": config_source,
-                   "features": kernel_features(config)},
+                   "features": kernel_features(config),
+                   # Whether the kernel has automatic NUMA balancing (the switch role edge_cpu sets).
+                   "numa_balancing": os.path.exists(path(root, "/proc/sys/kernel/numa_balancing"))},
         "memory_kb": memory_kb(root),
         "sched": rt_throttle(root),
         "inference_runtime": {"tensorrt": detect_tensorrt(root), "rknn": detect_rknn(root)},

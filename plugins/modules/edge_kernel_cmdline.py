@@ -233,6 +233,11 @@ reboot_required:
   returned: success
   type: bool
   sample: true
+reboot_reason:
+  description: Why the device needs a reboot (RV(waiting), said so), or empty when RV(reboot_required) is false.
+  returned: success
+  type: str
+  sample: "boot arguments waiting for a reboot: to add: isolcpus=4-7; to remove: quiet"
 pending:
   description: The O(args) items missing from RV(running), then the O(absent) items still in it.
   returned: success
@@ -478,6 +483,7 @@ def run_module(params, check_mode=False, want_diff=False, run_command=None,
         write_plans([record], backup=False)
 
     pending = pending_changes(running, args, absent)
+    waiting = describe_changes(running, args, absent)
     result = {
         "changed": bool(changed) or record_changed,
         "bootloader": bootloader,
@@ -488,7 +494,8 @@ def run_module(params, check_mode=False, want_diff=False, run_command=None,
         "running": running,
         "reboot_required": bool(pending),
         "pending": pending,
-        "waiting": describe_changes(running, args, absent),
+        "waiting": waiting,
+        "reboot_reason": "boot arguments waiting for a reboot: " + waiting if pending else "",
         "fallback_label": (extlinux_fallback_label(plans[0].after)
                            if bootloader == "extlinux" else None),
         "restored": managed.restored,

@@ -153,6 +153,11 @@ detached:
   returned: always
   type: list
   elements: str
+status:
+  description: What the host runs after the task, V(applied on <interfaces>) or V(removed).
+  returned: success
+  type: str
+  sample: applied on eth0
 config_file:
   description: The config file path.
   returned: always
@@ -291,6 +296,7 @@ def run_present(module, loader, result):
     dropped = [name for name in previous_interfaces(before_config) if name not in config["interfaces"]]
     result["config"] = config
     result["config_sha1"] = hashlib.sha1(after_text.encode()).hexdigest()
+    result["status"] = "applied on " + ", ".join(config["interfaces"])
     if not loader.available():
         if module.check_mode:  # the role installs the loader first; in check mode it is not there yet
             result["changed"] = True
@@ -332,7 +338,7 @@ def run_absent(module, loader, result):
     path = params["config_file"]
     before_text, before_config = read_previous(path)
     names = sorted(set(previous_interfaces(before_config)) | set(build_config(params)["interfaces"]))
-    result.update(interfaces={}, detached=[])
+    result.update(interfaces={}, detached=[], status="removed")
     targets = []
     if names and loader.available():
         present = loader.present_interfaces() or set(names)

@@ -207,6 +207,11 @@ token_latency:
     C(tokens_per_s), C(ttft_p99_limit_ms), C(token_p99_limit_ms).
   returned: when the stream gate ran
   type: dict
+latency_summary:
+  description: The latency the gates measured (or that no latency gate ran), on one line, as the deploy reports it.
+  returned: success
+  type: str
+  sample: P50 3.1 ms, P99 4.8 ms (limit 50 ms), max 6.2 ms, 310.5 QPS over 200 requests measured on the device
 golden:
   description: C(prompt), C(expected) and C(observed) first tokens.
   returned: when the golden gate ran
@@ -441,7 +446,24 @@ def main():
             gates[name](module, params, result)
     except EdgeError as exc:
         module.fail_json(msg=str(exc), **dict(result, **exc.details))
+    result["latency_summary"] = latency_summary(result)
     module.exit_json(**result)
+
+
+def latency_summary(result):
+    """The latency the gates measured, as the deploy reports it (one line)."""
+    if "latency" in result:
+        stats = result["latency"]
+        return "P50 %s ms, P99 %s ms (limit %s ms), max %s ms, %s QPS over %s requests measured on the device" % (
+            stats["p50_ms"], stats["p99_ms"], stats["p99_limit_ms"], stats["max_ms"], stats["qps"], stats["count"])
+    if "token_latency" in result:
+        tokens = result["token_latency"]
+        return ("time to first token P50 %s ms, P99 %s ms (limit %s ms); inter-token P50 %s ms, P99 %s ms (limit %s "
+                "ms); %s tokens/s over %s generations measured on the device; first tokens as recorded at packaging"
+                % (tokens["ttft"]["p50_ms"], tokens["ttft"]["p99_ms"], tokens["ttft_p99_limit_ms"],
+                   tokens["inter_token"]["p50_ms"], tokens["inter_token"]["p99_ms"], tokens["token_p99_limit_ms"],
+                   tokens["tokens_per_s"], tokens["runs"]))
+    return "unchanged, so no latency gate"
 
 
 if __name__ == "__main__":

@@ -475,6 +475,7 @@ def test_module_check_mode_writes_nothing_then_applies_idempotently(pair, tmp_pa
 
     real = run_module(pair, tmp_path, **module_args(pair))
     assert real["changed"] is True, real.get("msg")
+    assert real["status"] == "applied on %s" % pair.a
     assert real["interfaces"][pair.a]["program"]["id"]
     assert json.loads(config_file.read_text())["interfaces"] == {pair.a: {"rate": RATE}}
     assert "qdisc htb 1: root" in pair.qdisc_state()[0]
@@ -489,7 +490,7 @@ def test_module_check_mode_writes_nothing_then_applies_idempotently(pair, tmp_pa
     assert audit["changed"] is False and pair.qdisc_state() == state
 
     gone = run_module(pair, tmp_path, state="absent")
-    assert gone["changed"] is True and gone["detached"] == [pair.a]
+    assert gone["changed"] is True and gone["detached"] == [pair.a] and gone["status"] == "removed"
     assert pair.qdisc_state() == before and not config_file.exists()
     assert run_module(pair, tmp_path, state="absent")["changed"] is False
 

@@ -230,6 +230,8 @@ class TestRebootRequired:
         assert result["changed"] is False
         assert result["reboot_required"] is True
         assert result["pending"] == ["isolcpus=4-7"]
+        assert result["reboot_reason"] == "boot arguments waiting for a reboot: " + result["waiting"]
+        assert "isolcpus=4-7" in result["waiting"]
 
     def test_running_matches(self, tmp_path):
         install(tmp_path, "extlinux_r35_agx_orin.conf", EXTLINUX)
@@ -238,7 +240,7 @@ class TestRebootRequired:
                      absent=["nohz_full"], cmdline_path=str(running))
         assert result["changed"] is True
         assert result["reboot_required"] is False
-        assert result["pending"] == []
+        assert result["pending"] == [] and result["reboot_reason"] == ""
         assert result["running"] == ["root=PARTUUID=x", "rw", "isolcpus=4-7", "bl_prof_dataptr=1@0x2"]
 
     def test_absent_still_running(self, tmp_path):

@@ -274,3 +274,19 @@ def test_probe_stops_again_the_slices_it_started():
     assert started == ["ai-infer.slice"]
     assert edge_runtime_probe.stop_slices(module, started) == ["ai-infer.slice"]
     assert calls[-1] == ["/bin/systemctl", "stop", "ai-infer.slice"]
+
+
+def test_the_latency_summary_the_deploy_reports():
+    latency = {"latency": {"p50_ms": 3.1, "p99_ms": 4.8, "p99_limit_ms": 50.0, "max_ms": 6.2, "qps": 310.5,
+                           "count": 200}}
+    assert edge_runtime_gate.latency_summary(latency) == (
+        "P50 3.1 ms, P99 4.8 ms (limit 50.0 ms), max 6.2 ms, 310.5 QPS over 200 requests measured on the device")
+    tokens = {"token_latency": {"ttft": {"p50_ms": 80.0, "p99_ms": 95.0}, "inter_token": {"p50_ms": 30.0,
+                                                                                          "p99_ms": 41.0},
+                                "ttft_p99_limit_ms": 5000.0, "token_p99_limit_ms": 2000.0, "tokens_per_s": 31.2,
+                                "runs": 5}}
+    assert edge_runtime_gate.latency_summary(tokens) == (
+        "time to first token P50 80.0 ms, P99 95.0 ms (limit 5000.0 ms); inter-token P50 30.0 ms, P99 41.0 ms "
+        "(limit 2000.0 ms); 31.2 tokens/s over 5 generations measured on the device; first tokens as recorded at "
+        "packaging")
+    assert edge_runtime_gate.latency_summary({"health": {}}) == "unchanged, so no latency gate"

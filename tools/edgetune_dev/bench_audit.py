@@ -9,9 +9,11 @@ per device, wall time, against the goals (1 device: 3 s and 2 executions;
 Then the audit of 100 real twins made for it beside the demo's (`--real N`; 60% orin-nx, 40% rock5b,
 never tuned, removed after), with ansible.cfg's 20 forks: wall and controller CPU per device against
 the goal (0.3 CPU-seconds per device, 40 s for 100).
-Then a site.yml that changes nothing on the same twins: the converge path (roles whose last apply
-is current and holds are skipped) beside the full path (edge_converge_full), alternating rounds:
-executions per device, best wall, controller CPU per device, against the goal (3 executions, 10 s).
+Then a site.yml that changes nothing, on 6 Orin NX twins made and converged for it (`--converge-fleet N`;
+0: the demo's twins): the converge path (roles whose last apply is current and holds are not included)
+beside the full path (edge_converge_full) and the audit, in alternated rounds: executions and task
+results per device, median wall and controller CPU per device, against the goals (3 executions,
+25 task results, 10 s, and the converge's controller CPU at most twice the audit's).
 Then, with the same drift injected on every twin: `edgetune audit` and
 `site.yml --check` must find the same drifted roles per host; the time ratio.
 Not a test: timings on this noisy machine vary.
@@ -181,6 +183,9 @@ CONVERGE_GOALS = {"executions": 3, "wall": 10.0, "results": 25, "cpu_vs_audit": 
 # (path, playbook, extra vars), measured in alternated rounds: the converge path, the full path and the audit.
 CONVERGE_PATHS = (("converge", "site", ()), ("full", "site", ('{"edge_converge_full": true}',)),
                   ("audit", "audit", ()))
+# The fleet the converge is measured on (`--converge-fleet N` twins of this board, made for the run).
+CONVERGE_BOARD = "orin-nx-16gb-r36"
+CONVERGE_PREFIX = "bench-converge-"
 
 
 def changed_tasks(report):
@@ -198,13 +203,13 @@ def task_results(report):
     return counts
 
 
-def converge_rows(inventory, rounds, say=print):
+def converge_rows(inventory, rounds, say=print, paths=CONVERGE_PATHS):
     """Per path (a no-change site.yml's converge and full paths, and the audit): the most module executions and
     task results of any device, the changes (0 on converged devices), and the median wall and controller CPU per
     device over ``rounds`` alternated rounds."""
-    runs = dict((path, []) for path, _, _ in CONVERGE_PATHS)
+    runs = dict((path, []) for path, _, _ in paths)
     for round_index in range(1, rounds + 1):
-        for path, playbook, extra_vars in CONVERGE_PATHS:
+        for path, playbook, extra_vars in paths:
             say("bench converge: round %d, %s path" % (round_index, path))
             report, wall, cpu = measure(playbook, inventory, extra_vars)
             counts, results = executions(report), task_results(report)
@@ -213,7 +218,7 @@ def converge_rows(inventory, rounds, say=print):
                                "results": max(results.values()) if results else 0, "wall": wall,
                                "cpu_per_device": cpu / devices, "changed": changed_tasks(report), "devices": devices})
     rows = []
-    for path, _, _ in CONVERGE_PATHS:
+    for path, _, _ in paths:
         done = runs[path]
         rows.append({"path": path, "devices": done[0]["devices"], "rounds": len(done),
                      "executions": max(r["executions"] for r in done), "results": max(r["results"] for r in done),
@@ -221,6 +226,28 @@ def converge_rows(inventory, rounds, say=print):
                      "wall": statistics.median(r["wall"] for r in done),
                      "cpu_per_device": statistics.median(r["cpu_per_device"] for r in done)})
     return rows
+
+
+def converge_fleet(count, source, rounds, say=print, paths=CONVERGE_PATHS):
+    """converge_rows on ``count`` Orin NX twins made for this run (the issue's fleet: 6), which site.yml converges
+    first; removed after. Their own fleet, so that the demo's three different boards do not set the pace."""
+    directory = Path(tempfile.mkdtemp(prefix="edgetune-bench-converge-"))
+    try:
+        started = time.perf_counter()
+        names = manager.up([(CONVERGE_BOARD, count)], say=say, inventory_dir=directory, prefix=CONVERGE_PREFIX)
+        manager.write_inventory(directory)
+        os.symlink(str(Path(source).resolve() / "group_vars"), str(directory / "group_vars"))
+        say("bench converge: %d twins up in %.0f s; converging them" % (len(names), time.perf_counter() - started))
+        report, wall, _ = measure("site", directory)
+        failed = sorted(host for host, stats in report.get("stats", {}).items()
+                        if stats.get("failures") or stats.get("unreachable"))
+        if failed:
+            raise SystemExit("bench converge: site.yml failed on %s" % ", ".join(failed))
+        say("bench converge: converged in %.0f s" % wall)
+        return converge_rows(directory, rounds, say=say, paths=paths)
+    finally:
+        manager.remove_all([twin["name"] for twin in manager.twins(fleet_only=True, inventory_dir=directory)])
+        shutil.rmtree(str(directory), ignore_errors=True)
 
 
 def cpu_vs_audit(rows):
@@ -349,6 +376,11 @@ def main(argv=None):
     parser.add_argument("--real", type=int, default=100, metavar="N",
                         help="then audit N real twins made for it (60%% orin-nx, 40%% rock5b; 0: none)")
     parser.add_argument("--keep-real", action="store_true", help="leave the real twins running after")
+    parser.add_argument("--converge-fleet", type=int, default=6, metavar="N",
+                        help="measure the no-change converge on N Orin NX twins made and converged for it "
+                             "(0: on the demo's twins)")
+    parser.add_argument("--skip-full", action="store_true",
+                        help="leave the full path (edge_converge_full, minutes a round) out of the converge's rounds")
     parser.add_argument("--out", metavar="FILE", help="also write the raw result (JSON, with host, date and commit) "
                                                       "for the docs' benchmark pages")
     args = parser.parse_args(argv)
@@ -368,7 +400,14 @@ def main(argv=None):
                                   say=lambda text: print(text, file=sys.stderr))
         print(real_table(result["real"]))
         print()
-    result["converge"] = converge_rows(TWIN_INVENTORY, args.rounds, say=lambda text: print(text, file=sys.stderr))
+    paths = [p for p in CONVERGE_PATHS if not (args.skip_full and p[0] == "full")]
+    if args.converge_fleet > 0:
+        result["converge_fleet"] = {"board": CONVERGE_BOARD, "count": args.converge_fleet}
+        result["converge"] = converge_fleet(args.converge_fleet, TWIN_INVENTORY, args.rounds,
+                                            say=lambda text: print(text, file=sys.stderr), paths=paths)
+    else:
+        result["converge"] = converge_rows(TWIN_INVENTORY, args.rounds, say=lambda text: print(text, file=sys.stderr),
+                                           paths=paths)
     print(converge_table(result["converge"]))
     print()
     inject_drift()

@@ -192,14 +192,15 @@ def same_on_this_host(result):
 
 # ------------------------------------------------------------------ audit
 def audit_section(result):
-    lines = [provenance(result), "",
-             "The audit (`playbooks/audit.yml`: facts, the plan, one `edge_audit` call per device) of the twins "
-             "`make demo` converged, and of inventory aliases of them for larger fleets (the controller's work "
-             "per device is the same; the devices' is shared). Module executions are the most of any device; "
-             "controller CPU is `ansible-playbook` and its workers.", ""]
-    lines += _table(("devices", "module executions", "controller CPU-s per device", "wall s", "same findings"),
-                    [(r["size"], r["executions"], "%.2f" % r["cpu_per_device"], "%.1f" % r["wall"],
-                      "yes" if r["same_findings"] else "no") for r in result["fleet_sizes"]])
+    lines = [provenance(result)]
+    if result.get("fleet_sizes"):  # a run of `--sizes ''` measured only the converge
+        lines += ["", "The audit (`playbooks/audit.yml`: facts, the plan, one `edge_audit` call per device) of the "
+                      "twins `make demo` converged, and of inventory aliases of them for larger fleets (the "
+                      "controller's work per device is the same; the devices' is shared). Module executions are the "
+                      "most of any device; controller CPU is `ansible-playbook` and its workers.", ""]
+        lines += _table(("devices", "module executions", "controller CPU-s per device", "wall s", "same findings"),
+                        [(r["size"], r["executions"], "%.2f" % r["cpu_per_device"], "%.1f" % r["wall"],
+                          "yes" if r["same_findings"] else "no") for r in result["fleet_sizes"]])
     if result.get("real"):
         r = result["real"]
         lines += ["", "The audit of %d twins made for the run (60%% Orin NX, 40%% RK3588, never tuned), with "
@@ -207,12 +208,15 @@ def audit_section(result):
                       "%.1f s wall, %d audited." % (r["size"], r["executions"], r["cpu_per_device"], r["wall"],
                                                      r["audited"])]
     converge = result["converge"]
+    fleet = result.get("converge_fleet")
+    where = ("%d %s twins made and converged for the run" % (fleet["count"], fleet["board"]) if fleet
+             else "the same converged twins")
     if "results" in converge[0]:  # medians, with the audit measured in the same rounds
-        lines += ["", "A `site.yml` that changes nothing on the same converged twins: the converge path (a role "
+        lines += ["", "A `site.yml` that changes nothing on %s: the converge path (a role " % where +
                       "whose last apply is current and holds is not included) beside the full path "
                       "(`edge_converge_full`) and the audit, median of %d alternated rounds. Task results are "
-                      "the most the controller dispatched for one device (a skipped task is one)."
-                  % converge[0]["rounds"], ""]
+                      "the most the controller dispatched for one device (a skipped task is one); controller CPU "
+                      "is `ansible-playbook` and its workers." % converge[0]["rounds"], ""]
         lines += _table(("path", "devices", "module executions", "task results", "controller CPU-s per device",
                          "wall s", "changed tasks"),
                         [(r["path"], r["devices"], r["executions"], r["results"], "%.2f" % r["cpu_per_device"],

@@ -86,26 +86,26 @@ def _jetson_clocks(value):
     return text in ("true", "yes", "1", "on")
 
 
-def sysctls(intent):
-    """The kernel settings role edge_cpu sets and persists, in the sysctl file's order.
-
-    kernel.numa_balancing is set only where the kernel has it (the role
-    looks for the switch on the device): ``only_if_present``.
-    """
+def sysctls(intent, facts):
+    """The kernel settings role edge_cpu sets and persists, in the sysctl file's order, and those it
+    leaves out: kernel.numa_balancing where the kernel has no such switch (the facts' kernel part)."""
     if not intent.get("edge_cpu_enabled", True) or not intent.get("edge_cpu_sysctl", True):
-        return []
-    return [
+        return [], []
+    settings = [
         {"name": "kernel.sched_rt_runtime_us", "value": intent.get("edge_cpu_sched_rt_runtime_us", 950000)},
         {"name": "kernel.timer_migration", "value": intent.get("edge_cpu_timer_migration", 0)},
         {"name": "vm.stat_interval", "value": intent.get("edge_cpu_vm_stat_interval", 10)},
-        {"name": "kernel.numa_balancing", "value": intent.get("edge_cpu_numa_balancing", 0),
-         "only_if_present": True},
     ]
+    numa = {"name": "kernel.numa_balancing", "value": intent.get("edge_cpu_numa_balancing", 0)}
+    if (facts.get("kernel") or {}).get("numa_balancing", True):
+        return settings + [numa], []
+    return settings, [numa["name"]]
 
 
-def cpu_part(intent, partition):
+def cpu_part(intent, partition, facts):
     inference, housekeeping = partition["inference"], partition["housekeeping"]
     isolated = partition["inference_list"]
+    sysctl, sysctl_absent = sysctls(intent, facts)
     return {
         "inference": inference,
         "inference_list": isolated,
@@ -118,7 +118,9 @@ def cpu_part(intent, partition):
         "irq_default_list": partition["housekeeping_list"],
         "nohz_full_list": isolated if intent.get("edge_bootargs_nohz_full", True) else "",
         "rcu_nocbs_list": isolated if intent.get("edge_bootargs_rcu_nocbs", True) else "",
-        "sysctl": sysctls(intent),
+        "sysctl": sysctl,
+        # The settings this kernel does not have (the audit reports them unsupported).
+        "sysctl_absent": sysctl_absent,
     }
 
 
@@ -208,16 +210,27 @@ def power_part(intent, facts, profile, cpu):
                 devfreq.append({"node": node, "governor": "performance"})
             else:
                 notes.append("%s node %s offers no performance governor" % (kind, node))
+    nvpmodel_managed, clocks_managed = jetson and bool(mode_intent), jetson and clocks is not None
+    clocks_state = ("pinned" if clocks else "restored") if clocks_managed else ""
+    summary = "nvpmodel %s, jetson_clocks %s, cpufreq %s, devfreq %s%s" % (
+        mode if nvpmodel_managed else "left alone", clocks_state or "left alone", json.dumps(cpufreq),
+        json.dumps(devfreq), "".join("; " + note for note in notes))
     return {
         "enabled": True,
         "jetson": jetson,
-        "nvpmodel_managed": jetson and bool(mode_intent),
+        "nvpmodel_managed": nvpmodel_managed,
         "nvpmodel_mode": mode if jetson else "",
-        "jetson_clocks_managed": jetson and clocks is not None,
+        "jetson_clocks_managed": clocks_managed,
         "jetson_clocks": clocks if jetson else None,
+        # The module edge_jetson_clocks' state where the role manages the clocks.
+        "jetson_clocks_state": clocks_state,
+        # Where the settings are saved for the boot (edge_power_persist), else "".
+        "state_files": dict((kind, edge_boot.state_path(kind) if intent.get("edge_power_persist", True) else "")
+                            for kind in ("dvfs", "jetson_clocks")),
         "cpufreq": cpufreq,
         "devfreq": devfreq,
         "notes": notes,
+        "summary": summary,
     }
 
 
@@ -575,6 +588,10 @@ def _recorded(role, intent):
     return bool(intent.get(role + "_enabled", True))
 
 
+# The roles playbooks/deploy.yml applies; playbooks/tune.yml applies the others.
+DEPLOY_ROLES = ("edge_runtime",)
+
+
 def converge_part(audit, applied, full=False, artifacts=None):
     """Which roles an apply skips: {"full", "skip": {role: reason}, "run": {role: reason}}.
 
@@ -645,7 +662,7 @@ def build(intent, facts, profile, partition, slice_values=None, role_options=Non
         raise PlanError("no board facts: run role edge_facts before planning")
     if partition is None:
         raise PlanError("the CPU partition could not be computed (see the validation's messages)")
-    cpu = cpu_part(intent, partition)
+    cpu = cpu_part(intent, partition, facts)
     numa = numa_part(numa)
     # One slice name (edge_cgroups_slice) for every role: the runtime's and the classifier's are the slice part's.
     slice_ = slice_part(intent, facts, cpu, slice_values, numa)
@@ -673,4 +690,8 @@ def build(intent, facts, profile, partition, slice_values=None, role_options=Non
                                controller_files(intent, facts, artifacts))
     plan["converge"] = converge_part(plan["audit"], applied, full or intent.get("edge_converge_full", False),
                                      served_artifacts(intent, artifacts))
+    # Whether playbooks/tune.yml has anything to do here: one of its roles runs, or the classifier is
+    # to be removed (role edge_netqos records nothing then, so it has no record to be current).
+    plan["converge"]["tune"] = bool(set(plan["converge"]["run"]) - set(DEPLOY_ROLES)) \
+        or intent.get("edge_netqos_state", "present") == "absent"
     return plan
