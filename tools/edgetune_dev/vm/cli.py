@@ -70,27 +70,31 @@ def cmd_console(args):
     return 0
 
 
+# The subcommands: (name, function, help, [(option, add_argument's keywords)]).
+COMMANDS = (
+    ("build", cmd_build, "build the VM image (cached in ~/.cache/edgetune/vm/, needs root)",
+     [("--force", {"action": "store_true", "help": "rebuild even if cached"})]),
+    ("up", cmd_up, "boot the VM (overlay on the cached image), wait for SSH, write inventory/twin/vm.yml",
+     [("--inventory-dir", {"default": "inventory/twin"}),
+      ("--timeout", {"type": int, "default": runner.BOOT_TIMEOUT, "help": "seconds to wait for SSH"}),
+      ("--port", {"type": int, "help": "SSH port on 127.0.0.1 (default: a free one)"}),
+      ("--json", {"action": "store_true", "help": "print the connection details as JSON"})]),
+    ("down", cmd_down, "stop the VM and remove inventory/twin/vm.yml",
+     [("--inventory-dir", {"default": "inventory/twin"})]),
+    ("status", cmd_status, "is the VM running, its port and serial log (exit 1: stopped)",
+     [("--json", {"action": "store_true"})]),
+    ("console", cmd_console, "attach to the serial console (Ctrl-] detaches)",
+     [("--boot-label", {"help": "type this label at the syslinux boot: prompt, then detach"}),
+      ("--reset", {"action": "store_true", "help": "with --boot-label: press reset first"}),
+      ("--timeout", {"type": int, "default": 120, "help": "seconds to wait for the boot: prompt"})]),
+)
+
+
 def add_parser(subparsers):
     vm = subparsers.add_parser("vm", help="the VM twin: real kernel and bootloader under qemu (emulated)")
     sub = vm.add_subparsers(dest="vm_command", required=True)
-    p = sub.add_parser("build", help="build the VM image (cached in ~/.cache/edgetune/vm/, needs root)")
-    p.add_argument("--force", action="store_true", help="rebuild even if cached")
-    p.set_defaults(func=cmd_build)
-    p = sub.add_parser("up", help="boot the VM (overlay on the cached image), wait for SSH, "
-                                  "write inventory/twin/vm.yml")
-    p.add_argument("--inventory-dir", default="inventory/twin")
-    p.add_argument("--timeout", type=int, default=runner.BOOT_TIMEOUT, help="seconds to wait for SSH")
-    p.add_argument("--port", type=int, help="SSH port on 127.0.0.1 (default: a free one)")
-    p.add_argument("--json", action="store_true", help="print the connection details as JSON")
-    p.set_defaults(func=cmd_up)
-    p = sub.add_parser("down", help="stop the VM and remove inventory/twin/vm.yml")
-    p.add_argument("--inventory-dir", default="inventory/twin")
-    p.set_defaults(func=cmd_down)
-    p = sub.add_parser("status", help="is the VM running, its port and serial log (exit 1: stopped)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_status)
-    p = sub.add_parser("console", help="attach to the serial console (Ctrl-] detaches)")
-    p.add_argument("--boot-label", help="type this label at the syslinux boot: prompt, then detach")
-    p.add_argument("--reset", action="store_true", help="with --boot-label: press reset first")
-    p.add_argument("--timeout", type=int, default=120, help="seconds to wait for the boot: prompt")
-    p.set_defaults(func=cmd_console)
+    for name, func, text, arguments in COMMANDS:
+        command = sub.add_parser(name, help=text)
+        for option, keywords in arguments:
+            command.add_argument(option, **keywords)
+        command.set_defaults(func=func)
