@@ -212,9 +212,10 @@ def audit_section(result):
     where = ("%d %s twins made and converged for the run" % (fleet["count"], fleet["board"]) if fleet
              else "the same converged twins")
     if "results" in converge[0]:  # medians, with the audit measured in the same rounds
+        full = " beside the full path (`edge_converge_full`)" if any(r["path"] == "full" for r in converge) else ""
         lines += ["", "A `site.yml` that changes nothing on %s: the converge path (a role " % where +
-                      "whose last apply is current and holds is not included) beside the full path "
-                      "(`edge_converge_full`) and the audit, median of %d alternated rounds. Task results are "
+                      "whose last apply is current and holds is not included)%s and the audit, " % full +
+                      "median of %d alternated rounds. Task results are "
                       "the most the controller dispatched for one device (a skipped task is one); controller CPU "
                       "is `ansible-playbook` and its workers." % converge[0]["rounds"], ""]
         lines += _table(("path", "devices", "module executions", "task results", "controller CPU-s per device",
@@ -325,7 +326,8 @@ INTROS = {
     "llm-host": "`edgetune-dev bench llm --host` (root, on the host measured): llama-server quiet, under noise "
                 "untuned, and with each candidate runtime setting under the same noise, side by side in "
                 "alternated rounds. The runtime's defaults are the candidate that this benchmark ranks best.",
-    "audit": "`edgetune-dev bench audit --out FILE` on the twins `make demo` converged.",
+    "audit": "`edgetune-dev bench audit --out FILE` on the twins `make demo` converged, and a converge of twins it "
+             "makes for it (`--converge-fleet N`).",
     "netqos-echo": "`edgetune-dev bench netqos --out FILE` (root, after `edgetune-dev netqos-host`), in network "
                    "namespaces the bench makes and removes.",
     "netqos-llm": "`edgetune-dev bench netqos --llm --out FILE` (root, after `edgetune-dev netqos-host` and "
