@@ -404,15 +404,6 @@ def expected_after(vc, writes):
     return regs
 
 
-def tc_conflicts(vc):
-    """TCs mapped to more than one VC resource: [(tc, [vc indexes])]."""
-    owners = {}
-    for res in vc["vcs"]:
-        for tc in res["tcs"]:
-            owners.setdefault(tc, []).append(res["index"])
-    return sorted((tc, idx) for tc, idx in owners.items() if len(idx) > 1)
-
-
 # --------------------------------------------------------------------------
 # sysfs
 
